@@ -1,0 +1,245 @@
+// NVMe submission and completion queue entries, and the prep helpers that fill them.
+//
+// In the style of liburing's io_uring_prep_*: each helper only fills a struct, all are built on
+// one generic builder, none allocates or fails. Field layouts are those of the NVMe Base
+// Specification 2.0 and NVMe over Fabrics 1.1; the library targets little-endian hosts only.
+// Threading: plain data; no shared state.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "nvmeof/status.hpp"
+
+static_assert(std::endian::native == std::endian::little, "nvmeof supports little-endian hosts");
+
+namespace nvmeof {
+
+/// 64-byte submission queue entry. For Fabrics commands (opcode 0x7f) byte 4 holds FCTYPE.
+struct Sqe {
+  uint8_t opcode;
+  uint8_t flags;  ///< bits 7:6 PSDT (01b: SGL), bits 1:0 FUSE
+  uint16_t cid;
+  uint32_t nsid;  ///< Fabrics: byte 0 is FCTYPE
+  uint32_t cdw2;
+  uint32_t cdw3;
+  uint64_t mptr;
+  uint8_t dptr[16];  ///< one SGL descriptor for fabrics
+  uint32_t cdw10;
+  uint32_t cdw11;
+  uint32_t cdw12;
+  uint32_t cdw13;
+  uint32_t cdw14;
+  uint32_t cdw15;
+};
+static_assert(sizeof(Sqe) == 64);
+
+/// 16-byte completion queue entry.
+struct Cqe {
+  uint32_t dw0;
+  uint32_t dw1;
+  uint16_t sq_head;
+  uint16_t sq_id;
+  uint16_t cid;
+  uint16_t status_field;  ///< bit 0 phase, bits 15:1 status
+  NvmeStatus status() const noexcept { return NvmeStatus::from_cqe_field(status_field); }
+};
+static_assert(sizeof(Cqe) == 16);
+
+namespace opcode {
+// Admin
+inline constexpr uint8_t kGetLogPage = 0x02;
+inline constexpr uint8_t kIdentify = 0x06;
+inline constexpr uint8_t kSetFeatures = 0x09;
+inline constexpr uint8_t kGetFeatures = 0x0a;
+inline constexpr uint8_t kAsyncEventRequest = 0x0c;
+inline constexpr uint8_t kKeepAlive = 0x18;
+inline constexpr uint8_t kFabrics = 0x7f;
+// NVM I/O
+inline constexpr uint8_t kFlush = 0x00;
+inline constexpr uint8_t kWrite = 0x01;
+inline constexpr uint8_t kRead = 0x02;
+inline constexpr uint8_t kWriteZeroes = 0x08;
+inline constexpr uint8_t kDatasetManagement = 0x09;
+}  // namespace opcode
+
+namespace fctype {
+inline constexpr uint8_t kPropertySet = 0x00;
+inline constexpr uint8_t kConnect = 0x01;
+inline constexpr uint8_t kPropertyGet = 0x04;
+inline constexpr uint8_t kDisconnect = 0x08;
+}  // namespace fctype
+
+namespace cns {
+inline constexpr uint8_t kNamespace = 0x00;
+inline constexpr uint8_t kController = 0x01;
+inline constexpr uint8_t kActiveNamespaceList = 0x02;
+inline constexpr uint8_t kNamespaceDescriptors = 0x03;
+}  // namespace cns
+
+namespace log_page {
+inline constexpr uint8_t kAna = 0x0c;
+inline constexpr uint8_t kDiscovery = 0x70;
+}  // namespace log_page
+
+namespace feature {
+inline constexpr uint8_t kNumberOfQueues = 0x07;
+inline constexpr uint8_t kAsyncEventConfig = 0x0b;
+inline constexpr uint8_t kKeepAliveTimer = 0x0f;
+}  // namespace feature
+
+/// Controller properties (register offsets) reached by Property Get/Set over fabrics.
+namespace prop {
+inline constexpr uint32_t kCap = 0x00;  // 8 bytes
+inline constexpr uint32_t kVs = 0x08;
+inline constexpr uint32_t kCc = 0x14;
+inline constexpr uint32_t kCsts = 0x1c;
+}  // namespace prop
+
+/// Generic builder: zeroes the entry and sets opcode and nsid.
+inline void prep_command(Sqe& c, uint8_t op, uint32_t nsid) noexcept {
+  std::memset(&c, 0, sizeof c);
+  c.opcode = op;
+  c.nsid = nsid;
+}
+
+inline void prep_rw(Sqe& c, uint8_t op, uint32_t nsid, uint64_t slba, uint32_t nlb) noexcept {
+  prep_command(c, op, nsid);
+  c.cdw10 = static_cast<uint32_t>(slba);
+  c.cdw11 = static_cast<uint32_t>(slba >> 32);
+  c.cdw12 = (nlb - 1) & 0xffff;  // NLB is 0's based
+}
+
+/// Read `nlb` (1..65536) logical blocks starting at `slba`.
+inline void prep_read(Sqe& c, uint32_t nsid, uint64_t slba, uint32_t nlb) noexcept {
+  prep_rw(c, opcode::kRead, nsid, slba, nlb);
+}
+/// Write `nlb` (1..65536) logical blocks starting at `slba`.
+inline void prep_write(Sqe& c, uint32_t nsid, uint64_t slba, uint32_t nlb) noexcept {
+  prep_rw(c, opcode::kWrite, nsid, slba, nlb);
+}
+inline void prep_write_zeroes(Sqe& c, uint32_t nsid, uint64_t slba, uint32_t nlb) noexcept {
+  prep_rw(c, opcode::kWriteZeroes, nsid, slba, nlb);
+}
+inline void prep_flush(Sqe& c, uint32_t nsid) noexcept { prep_command(c, opcode::kFlush, nsid); }
+
+/// One Dataset Management range (the command's data is an array of these).
+struct DsmRange {
+  uint32_t context_attributes;
+  uint32_t nlb;  ///< 1's based length in logical blocks
+  uint64_t slba;
+};
+static_assert(sizeof(DsmRange) == 16);
+inline constexpr uint32_t kDsmDeallocate = 1u << 2;
+
+/// Dataset Management over `nr` (1..256) ranges; `attributes` e.g. kDsmDeallocate.
+inline void prep_dsm(Sqe& c, uint32_t nsid, uint32_t nr, uint32_t attributes) noexcept {
+  prep_command(c, opcode::kDatasetManagement, nsid);
+  c.cdw10 = (nr - 1) & 0xff;
+  c.cdw11 = attributes;
+}
+
+inline void prep_identify(Sqe& c, uint8_t cns_value, uint32_t nsid, uint16_t cntid = 0) noexcept {
+  prep_command(c, opcode::kIdentify, nsid);
+  c.cdw10 = cns_value | (static_cast<uint32_t>(cntid) << 16);
+}
+
+/// Get Log Page for `len` bytes (a multiple of 4) at byte `offset`.
+inline void prep_get_log_page(Sqe& c, uint8_t lid, uint32_t nsid, uint32_t len, uint64_t offset = 0,
+                              uint8_t lsp = 0) noexcept {
+  prep_command(c, opcode::kGetLogPage, nsid);
+  const uint32_t numd = len / 4 - 1;
+  c.cdw10 = lid | (static_cast<uint32_t>(lsp & 0x7f) << 8) | ((numd & 0xffff) << 16);
+  c.cdw11 = numd >> 16;
+  c.cdw12 = static_cast<uint32_t>(offset);
+  c.cdw13 = static_cast<uint32_t>(offset >> 32);
+}
+
+inline void prep_set_features(Sqe& c, uint8_t fid, uint32_t cdw11) noexcept {
+  prep_command(c, opcode::kSetFeatures, 0);
+  c.cdw10 = fid;
+  c.cdw11 = cdw11;
+}
+inline void prep_get_features(Sqe& c, uint8_t fid) noexcept {
+  prep_command(c, opcode::kGetFeatures, 0);
+  c.cdw10 = fid;
+}
+inline void prep_keep_alive(Sqe& c) noexcept { prep_command(c, opcode::kKeepAlive, 0); }
+inline void prep_async_event_request(Sqe& c) noexcept {
+  prep_command(c, opcode::kAsyncEventRequest, 0);
+}
+
+inline void prep_fabrics(Sqe& c, uint8_t fct) noexcept {
+  prep_command(c, opcode::kFabrics, 0);
+  reinterpret_cast<uint8_t*>(&c)[4] = fct;
+}
+inline uint8_t fabrics_type(const Sqe& c) noexcept { return reinterpret_cast<const uint8_t*>(&c)[4]; }
+
+/// Fabrics Connect: `sqsize` is 0's based; `kato_ms` the keep-alive timeout (admin queue only).
+inline void prep_connect(Sqe& c, uint16_t qid, uint16_t sqsize, uint32_t kato_ms,
+                         uint8_t cattr = 0) noexcept {
+  prep_fabrics(c, fctype::kConnect);
+  c.cdw10 = static_cast<uint32_t>(qid) << 16;  // RECFMT 0 in bits 15:0
+  c.cdw11 = sqsize | (static_cast<uint32_t>(cattr) << 16);
+  c.cdw12 = kato_ms;
+}
+/// Property Get of a 4-byte (`size8` false) or 8-byte property.
+inline void prep_property_get(Sqe& c, uint32_t offset, bool size8) noexcept {
+  prep_fabrics(c, fctype::kPropertyGet);
+  c.cdw10 = size8 ? 1 : 0;
+  c.cdw11 = offset;
+}
+inline void prep_property_set(Sqe& c, uint32_t offset, uint64_t value, bool size8) noexcept {
+  prep_fabrics(c, fctype::kPropertySet);
+  c.cdw10 = size8 ? 1 : 0;
+  c.cdw11 = offset;
+  c.cdw12 = static_cast<uint32_t>(value);
+  c.cdw13 = static_cast<uint32_t>(value >> 32);
+}
+
+/// SGL descriptors used by NVMe/TCP (and the keyed form later by RDMA).
+namespace sgl {
+inline constexpr uint8_t kPsdtSgl = 0x40;  // PSDT 01b in flags bits 7:6
+inline constexpr uint8_t kDataBlockOffset = 0x01;  // type 0h, subtype 1h: in-capsule data
+inline constexpr uint8_t kTransportDataBlock = 0x5a;  // type 5h, subtype Ah: data moved by PDUs
+}  // namespace sgl
+
+inline void set_sgl(Sqe& c, uint8_t id, uint64_t address, uint32_t length) noexcept {
+  c.flags = static_cast<uint8_t>((c.flags & 0x3f) | sgl::kPsdtSgl);
+  std::memcpy(c.dptr, &address, 8);
+  std::memcpy(c.dptr + 8, &length, 4);
+  c.dptr[12] = c.dptr[13] = c.dptr[14] = 0;
+  c.dptr[15] = id;
+}
+inline uint32_t sgl_length(const Sqe& c) noexcept {
+  uint32_t len;
+  std::memcpy(&len, c.dptr + 8, 4);
+  return len;
+}
+inline uint64_t sgl_address(const Sqe& c) noexcept {
+  uint64_t a;
+  std::memcpy(&a, c.dptr, 8);
+  return a;
+}
+inline uint8_t sgl_id(const Sqe& c) noexcept { return c.dptr[15]; }
+
+/// Fields of a read/write command, decoded.
+inline uint64_t rw_slba(const Sqe& c) noexcept {
+  return c.cdw10 | (static_cast<uint64_t>(c.cdw11) << 32);
+}
+inline uint32_t rw_nlb(const Sqe& c) noexcept { return (c.cdw12 & 0xffff) + 1; }
+
+/// Whether the command moves data from host to controller (opcode bits 1:0 = 01b), the
+/// convention of the NVMe opcode encoding. Fabrics Connect also sends data (connect data).
+inline bool is_host_to_controller(const Sqe& c) noexcept {
+  if (c.opcode == opcode::kFabrics) return fabrics_type(c) == fctype::kConnect;
+  return (c.opcode & 0x3) == 0x1;
+}
+inline bool is_controller_to_host(const Sqe& c) noexcept {
+  if (c.opcode == opcode::kFabrics) return false;
+  return (c.opcode & 0x3) == 0x2;
+}
+
+}  // namespace nvmeof

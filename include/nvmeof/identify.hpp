@@ -1,0 +1,131 @@
+// Parsed forms of Identify data and log pages, and the pure functions that parse them.
+// The raw layouts are libnvme's (<nvme/types.h>); parsing checks every length against the
+// buffer it was given: short or inconsistent input yields Errc::short_data, never a read past
+// the end. Threading: pure functions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nvmeof/status.hpp"
+
+namespace nvmeof {
+
+inline constexpr char kDiscoveryNqn[] = "nqn.2014-08.org.nvmexpress.discovery";
+
+/// The fields of Identify Controller the library uses.
+struct ControllerInfo {
+  uint16_t cntlid = 0;
+  std::string serial;  ///< SN, trimmed
+  std::string model;   ///< MN, trimmed
+  std::string firmware;
+  std::string subnqn;
+  uint8_t mdts = 0;            ///< raw MDTS (power of two of the minimum page size, 0 = none)
+  uint32_t max_transfer = 0;   ///< MDTS in bytes (4 KiB pages assumed), 0 = unlimited
+  uint32_t nn = 0;             ///< number of namespaces
+  uint16_t kas_100ms = 0;      ///< keep-alive granularity
+  uint8_t anatt_s = 0;         ///< ANA transition time, seconds
+  uint8_t anacap = 0;
+  uint32_t nanagrpid = 0;
+  uint16_t cqt_ms = 0;         ///< Command Quiesce Time (ms; bytes 387:386, NVMe 2.1), 0 = not reported
+  std::array<uint16_t, 3> crdt_100ms{};  ///< command retry delay times
+  uint8_t cmic = 0;
+  uint32_t ioccsz_bytes = 0;   ///< I/O command capsule size (64 + in-capsule data)
+  uint32_t iorcsz_bytes = 0;
+  uint32_t sgls = 0;
+  uint16_t oncs = 0;
+  uint8_t vwc = 0;
+  uint32_t ver = 0;
+  uint8_t cntrltype = 0;
+  /// Bytes of in-capsule data an I/O command may carry (ioccsz - 64).
+  uint32_t in_capsule_data() const noexcept { return ioccsz_bytes > 64 ? ioccsz_bytes - 64 : 0; }
+};
+
+/// Identify Controller data is 4096 bytes; returns short_data when `raw` is shorter.
+Result<ControllerInfo> parse_identify_controller(std::span<const uint8_t> raw);
+
+using Nguid = std::array<uint8_t, 16>;
+using Eui64 = std::array<uint8_t, 8>;
+using Uuid = std::array<uint8_t, 16>;
+
+/// What identifies a namespace across controllers (never the NSID alone).
+struct NamespaceId {
+  Nguid nguid{};
+  Eui64 eui64{};
+  Uuid uuid{};
+  bool has_nguid = false;
+  bool has_eui64 = false;
+  bool has_uuid = false;
+  /// True when at least one identifier is present in both and every common one is equal.
+  bool same_namespace_as(const NamespaceId& o) const noexcept;
+  bool empty() const noexcept { return !has_nguid && !has_eui64 && !has_uuid; }
+  std::string to_string() const;
+};
+
+struct NamespaceInfo {
+  uint32_t nsid = 0;
+  uint64_t size_blocks = 0;    ///< NSZE
+  uint64_t capacity_blocks = 0;
+  uint32_t block_size = 0;     ///< from the current LBA format
+  uint32_t anagrpid = 0;
+  uint8_t nmic = 0;
+  NamespaceId id;
+};
+
+/// Identify Namespace (4096 bytes). A namespace that is not active (NSZE 0) parses with
+/// size_blocks 0. Errors: short_data, invalid_argument (LBA format out of range).
+Result<NamespaceInfo> parse_identify_namespace(std::span<const uint8_t> raw, uint32_t nsid);
+/// Merges a Namespace Identification Descriptor list (CNS 03h) into `id`.
+Result<void> parse_ns_descriptors(std::span<const uint8_t> raw, NamespaceId& id);
+
+enum class AnaState : uint8_t {
+  optimized = 0x1,
+  non_optimized = 0x2,
+  inaccessible = 0x3,
+  persistent_loss = 0x4,
+  change = 0xf,
+};
+const char* to_string(AnaState s) noexcept;
+/// Parses "optimized", "non-optimized" / "non_optimized", "inaccessible", "persistent-loss",
+/// "change". Errc::invalid_argument otherwise.
+Result<AnaState> parse_ana_state(std::string_view s);
+
+struct AnaGroup {
+  uint32_t grpid = 0;
+  AnaState state = AnaState::optimized;
+  uint64_t chgcnt = 0;
+  std::vector<uint32_t> nsids;
+};
+struct AnaLog {
+  uint64_t chgcnt = 0;
+  std::vector<AnaGroup> groups;
+  /// The group holding `grpid`, or nullptr.
+  const AnaGroup* group(uint32_t grpid) const noexcept;
+};
+/// ANA log page (0x0C). Errors: short_data when a descriptor or its NSID list runs past `raw`,
+/// malformed (invalid_argument) on an unknown state value.
+Result<AnaLog> parse_ana_log(std::span<const uint8_t> raw);
+
+struct DiscoveryEntry {
+  uint8_t trtype = 0;   ///< 1 rdma, 3 tcp
+  uint8_t adrfam = 0;   ///< 1 ipv4, 2 ipv6
+  uint8_t subtype = 0;  ///< 1 referral, 2 nvme, 3 current discovery
+  uint8_t treq = 0;
+  uint16_t portid = 0;
+  uint16_t cntlid = 0;
+  uint16_t asqsz = 0;
+  std::string trsvcid;
+  std::string subnqn;
+  std::string traddr;
+};
+struct DiscoveryLog {
+  uint64_t genctr = 0;
+  std::vector<DiscoveryEntry> entries;
+};
+/// Discovery log page (0x70): 1024-byte header then 1024-byte entries. Errors: short_data.
+Result<DiscoveryLog> parse_discovery_log(std::span<const uint8_t> raw);
+
+}  // namespace nvmeof
