@@ -1,0 +1,141 @@
+# Helpers for scripts that run inside the testbed guest (busybox sh).
+# Source it with: . "$NVMEOF_GUEST_LIB"
+#
+# The guest's nvmet exports one subsystem, $NQN, with one namespace, through
+#   port 1  tcp   $TCP1       (127.0.0.1:4420)
+#   port 2  tcp   $TCP2       (127.0.0.2:4421)
+#   port 3  rdma  $RDMA_ADDR  (10.10.10.1:4420, soft-RoCE rxe_d0 on dummy0)
+# All ports start in ANA state optimized; the kernel host is not connected.
+# Helpers return 0 on success, 77 when the guest kernel cannot do what is
+# asked, anything else on failure.
+
+NQN=nqn.2014-08.org.nvmexpress:nvmeof-testbed
+TCP1=127.0.0.1:4420
+TCP2=127.0.0.2:4421
+RDMA_ADDR=10.10.10.1:4420
+NVMET=/sys/kernel/config/nvmet
+export NQN TCP1 TCP2 RDMA_ADDR NVMET
+
+# busybox runs its own applets before PATH: these name the real tools.
+IP=/usr/sbin/ip
+TC=/usr/sbin/tc
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+# nvmet_ana_state <port> <optimized|non-optimized|inaccessible|persistent-loss|change>
+nvmet_ana_state() {
+    echo "$2" >"$NVMET/ports/$1/ana_groups/1/ana_state"
+}
+
+# Unlinking the subsystem from a port drops the host's connections there.
+nvmet_port_remove() {
+    rm "$NVMET/ports/$1/subsystems/$NQN"
+}
+
+nvmet_port_add() {
+    ln -s "$NVMET/subsystems/$NQN" "$NVMET/ports/$1/subsystems/$NQN"
+}
+
+# netem_delay <iface> <ms>: delay every packet leaving <iface>; 0 removes it.
+# On lo a packet leaves twice per round trip, so the RTT grows by 2*ms.
+netem_delay() {
+    if [ "$2" = 0 ]; then
+        $TC qdisc del dev "$1" root 2>/dev/null
+        return 0
+    fi
+    grep -q '^sch_netem ' /proc/modules || {
+        echo "netem_delay: sch_netem is not available in this kernel" >&2
+        return 77
+    }
+    $TC qdisc replace dev "$1" root netem delay "${2}ms"
+}
+
+# ctrl_state <nvmeX>: live, connecting, resetting, deleting, ...
+ctrl_state() {
+    cat "/sys/class/nvme/$1/state" 2>/dev/null || echo gone
+}
+
+# wait_ctrl_state <nvmeX> <state> [seconds]; "!state" waits for it to leave.
+wait_ctrl_state() {
+    _w=$((${3:-10} * 10))
+    while [ $_w -gt 0 ]; do
+        _s=$(ctrl_state "$1")
+        case $2 in
+            !*) [ "$_s" != "${2#!}" ] && return 0 ;;
+            *) [ "$_s" = "$2" ] && return 0 ;;
+        esac
+        sleep 0.1
+        _w=$((_w - 1))
+    done
+    echo "wait_ctrl_state: $1 is $(ctrl_state "$1"), wanted $2" >&2
+    return 1
+}
+
+# wait_path <path> [seconds]: namespaces appear a moment after the connect.
+wait_path() {
+    _w=$((${2:-5} * 10))
+    while [ ! -e "$1" ] && [ $_w -gt 0 ]; do
+        sleep 0.1
+        _w=$((_w - 1))
+    done
+    [ -e "$1" ] || { echo "wait_path: no $1" >&2; return 1; }
+}
+
+# ana_state <nvmeX>: the state of ANA group 1 as the controller reports it
+# in its ANA log page (read through the admin queue, so it works with
+# multipath=N, where sysfs has no ana_state).
+ana_state() {
+    nvme ana-log "/dev/$1" -o json 2>/dev/null | tr -d ' \n' |
+        sed -n 's/.*"state":"\([a-z-]*\)".*/\1/p'
+}
+
+# host_connect <trtype> <addr> <svcid> [nvme-connect options]
+# Prints the new controller's name (nvmeX) once it is live. Reconnects are
+# quick so path removal and return can be tested in seconds.
+host_connect() {
+    _before=" $(cd /sys/class/nvme 2>/dev/null && echo nvme*) "
+    _t=$1 _a=$2 _p=$3
+    shift 3
+    nvme connect -t "$_t" -a "$_a" -s "$_p" -n "$NQN" --reconnect-delay=1 "$@" >&2 ||
+        return 1
+    for _c in /sys/class/nvme/nvme*; do
+        _c=${_c##*/}
+        case $_before in *" $_c "*) continue ;; esac
+        wait_ctrl_state "$_c" live 10 || return 1
+        echo "$_c"
+        return 0
+    done
+    echo "host_connect: no new controller after connecting to $_a:$_p" >&2
+    return 1
+}
+
+# host_connect_tcp [addr] [svcid] [options]: defaults to $TCP1.
+host_connect_tcp() {
+    _a=${1:-${TCP1%:*}} _p=${2:-${TCP1#*:}}
+    if [ $# -gt 2 ]; then shift 2; else set --; fi
+    host_connect tcp "$_a" "$_p" "$@"
+}
+
+# host_connect_rdma [addr] [svcid] [options]: defaults to $RDMA_ADDR.
+host_connect_rdma() {
+    _a=${1:-${RDMA_ADDR%:*}} _p=${2:-${RDMA_ADDR#*:}}
+    if [ $# -gt 2 ]; then shift 2; else set --; fi
+    host_connect rdma "$_a" "$_p" "$@"
+}
+
+host_disconnect_all() {
+    nvme disconnect-all >/dev/null 2>&1
+    _w=50
+    while [ -n "$(ls /sys/class/nvme 2>/dev/null)" ] && [ $_w -gt 0 ]; do
+        sleep 0.1
+        _w=$((_w - 1))
+    done
+    [ -z "$(ls /sys/class/nvme 2>/dev/null)" ]
+}
+
+# ctrl_reset <nvmeX>: resets the controller and waits until it is live again.
+ctrl_reset() {
+    echo 1 >"/sys/class/nvme/$1/reset_controller" || return 1
+    wait_ctrl_state "$1" live 10
+}
