@@ -3,7 +3,8 @@
 //
 // Threading: connect(), the admin calls and create_io_queue() may be called from any thread;
 // they block the caller (never a reactor other than the one passed in) up to their timeout.
-// The admin queue, keep-alive and asynchronous events run on the ControlPlane's thread.
+// The admin queue, keep-alive and asynchronous events run on the ControlPlane's thread; admin
+// calls made from a callback on that thread run its reactor inline instead of waiting.
 #pragma once
 
 #include <array>
@@ -30,9 +31,11 @@ struct TransportAddress {
   std::string traddr = "127.0.0.1";
   std::string trsvcid = "4420";
   std::string host_iface;  ///< optional: bind the connection to this interface
-  /// "tcp://127.0.0.1:4420" style.
+  /// "tcp://127.0.0.1:4420" style ("tcp://[::1]:4420" for IPv6, "passthrough:///dev/ng0n1").
   std::string to_string() const;
-  /// Parses "addr:port", "tcp://addr:port" or "[v6addr]:port". Errc::invalid_argument otherwise.
+  /// Parses "addr:port", "addr" (port 4420), "tcp://addr:port", "rdma://addr:port",
+  /// "[v6addr]:port" and "passthrough://path". Errc::invalid_argument otherwise (empty address,
+  /// port not in 1..65535, an IPv6 address without brackets).
   static Result<TransportAddress> parse(std::string_view s);
 };
 
@@ -40,11 +43,13 @@ enum class Digest : uint8_t { none = 0, header = 1, data = 2, both = 3 };
 
 struct ConnectOptions {
   std::string subnqn;                 ///< required (kDiscoveryNqn for a discovery controller)
-  std::string hostnqn;                ///< default: derived from hostid
+  /// default: "nqn.2014-08.org.nvmexpress:uuid:<hostid as a UUID>"
+  std::string hostnqn;
   std::array<uint8_t, 16> hostid{};   ///< default (all zero): a fixed per-process random id
   Digest digest = Digest::none;
-  uint32_t io_queue_depth = 128;      ///< 1..1024
-  uint32_t admin_queue_depth = 32;
+  uint32_t io_queue_depth = 128;      ///< 1..1024 (clamped to CAP.MQES + 1)
+  uint32_t admin_queue_depth = 32;    ///< 2..1024 (one slot is the asynchronous event request)
+  uint32_t max_io_queues = 64;        ///< asked for with Set Features Number of Queues
   uint32_t kato_ms = 5000;            ///< keep-alive timeout asked for; 0 disables
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds admin_timeout{3000};
@@ -54,6 +59,7 @@ struct ConnectOptions {
 /// keep-alives, and delivers asynchronous events. Many controllers share one.
 class ControlPlane {
  public:
+  /// Starts the thread. Throws std::system_error when io_uring is unavailable.
   ControlPlane();
   ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
@@ -79,42 +85,62 @@ class Controller {
   /// of I/O queues, arms keep-alive at KATO/2 and posts an Asynchronous Event Request.
   /// Errors: connection_refused, timeout, malformed_pdu/protocol_error (bad peer), an NVMe
   /// status (nvme_category) when the controller rejects Connect, controller_fatal.
+  /// Only the TCP transport is implemented (Errc::unsupported for others). The caller's thread
+  /// blocks up to connect_timeout for the connection and admin_timeout per admin command.
   static Result<std::shared_ptr<Controller>> connect(ControlPlane& cp, const TransportAddress& addr,
                                                      const ConnectOptions& opts);
   ~Controller();  ///< disconnects
 
   const ControllerInfo& info() const noexcept;
   const TransportAddress& address() const noexcept;
+  /// The options in force: hostid and hostnqn filled in when they were left empty.
   const ConnectOptions& options() const noexcept;
+  /// I/O queues the controller granted (Set Features Number of Queues); 0 for discovery.
+  uint32_t io_queues() const noexcept;
 
   /// Creates and connects one I/O queue pair driven by `reactor` (set-up runs on the calling
-  /// thread, which should be that reactor's thread). `depth` 0 means options().io_queue_depth.
+  /// thread, which should be that reactor's thread, and start() happens there). `depth` 0
+  /// means options().io_queue_depth. The pair's max_transfer() is MDTS (1 MiB when the
+  /// controller sets none). Its queue id returns to the pool when the pair is destroyed.
+  /// Errors: not_connected (admin queue down), queue_full (every granted queue id in use),
+  /// and those of the TCP set-up (connection_refused, timeout, an NVMe status, ...).
   Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& reactor, uint32_t depth = 0);
 
-  /// Raw admin command; `data` is read or written per the opcode's direction.
+  /// Raw admin command; `data` is read or written per the opcode's direction (copied through a
+  /// buffer of the controller's, so a timed-out command never touches the caller's memory).
+  /// Errors: timeout (no answer within admin_timeout; the command stays outstanding),
+  /// not_connected, the admin queue's own error when it failed meanwhile, invalid_argument.
+  /// A completion with an error status is a value: check AdminResult::status.
   Result<AdminResult> admin(const Sqe& cmd, void* data, uint32_t len);
+  /// The calls below return an nvme_category() error for a non-success status, short_data for a
+  /// page shorter than its header says, and the errors of admin().
   Result<NamespaceInfo> identify_namespace(uint32_t nsid);  ///< includes the descriptor list
   Result<std::vector<uint32_t>> active_namespaces();
+  /// Reads the ANA log header, then the whole page (split at MDTS).
   Result<AnaLog> ana_log();
+  /// Reads the discovery log header, then every entry; retried when GENCTR changes meanwhile.
   Result<DiscoveryLog> discovery_log();
   Result<void> keep_alive();
 
   /// Called on the control thread for each asynchronous event (CQE DW0); the request is
-  /// re-armed after the callback.
+  /// re-armed when the event arrives, before the callback runs. Replaces an earlier callback.
   void on_async_event(std::function<void(uint32_t dw0)> fn);
-  /// Called on the control thread once when the admin queue fails (transport error or no
-  /// answer to keep-alive).
+  /// Called on the control thread once when the admin queue fails (transport error, keep-alive
+  /// failure, or no answer to keep-alive within KATO: Errc::keep_alive_timeout); never for
+  /// disconnect(). Replaces an earlier callback.
   void on_failure(std::function<void(std::error_code)> fn);
   /// True while the admin queue is live.
   bool is_live() const noexcept;
-  /// Tears the admin connection down (Disconnect is implicit in closing the socket).
+  /// Tears the admin connection down (Disconnect is implicit in closing the socket). I/O queue
+  /// pairs stay with their reactors; they fail on their own when the controller drops them.
+  /// Idempotent; any thread.
   void disconnect();
 
   struct Impl;
 
  private:
-  explicit Controller(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Controller(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with work posted to the control thread
 };
 
 }  // namespace nvmeof

@@ -30,7 +30,8 @@ struct IoRequest {
   IoRequest* next = nullptr; ///< intrusive link for the queue pair's lists
 };
 
-/// Explicit queue state (no flag soup).
+/// Explicit queue state (no flag soup). A pair moves connecting -> live -> failed -> closed
+/// (close() and transport errors alike pass through failed while their socket drains).
 enum class QpState : uint8_t {
   connecting,  ///< being set up
   live,        ///< accepts commands
@@ -41,7 +42,7 @@ enum class QpState : uint8_t {
 const char* to_string(QpState s) noexcept;
 
 /// Told when a queue pair leaves `live` (on the reactor thread, before outstanding commands
-/// complete).
+/// complete), whether a transport error or close() made it leave.
 class QueuePairListener {
  public:
   virtual void on_queue_failed(class QueuePair& qp, std::error_code why) noexcept = 0;
@@ -66,7 +67,7 @@ class QueuePair {
   virtual void close() noexcept = 0;
 
   virtual QpState state() const noexcept = 0;
-  /// Why the pair failed (empty while live).
+  /// Why the pair failed (empty while live; kept once closed).
   virtual std::error_code error() const noexcept = 0;
   virtual uint16_t qid() const noexcept = 0;
   virtual uint32_t depth() const noexcept = 0;

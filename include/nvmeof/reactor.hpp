@@ -2,45 +2,64 @@
 // socket operations on that ring, and it dispatches completions back to them inline.
 //
 // Threading: everything except post() and wake() is for the owning thread only (the thread that
-// calls poll()). post() may be called from any thread (bounded MPSC ring).
+// calls poll()). post() and wake() may be called from any thread (bounded MPSC ring, eventfd).
+// poll() may be re-entered from a callback it runs (a queue pair's destructor drains its socket
+// operations that way); each completion, timer and posted function still runs exactly once.
 #pragma once
 
 #include <liburing.h>
 
-#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <vector>
 
 #include "nvmeof/status.hpp"
 
 namespace nvmeof {
 
 /// Receives io_uring completions. The SQE's user_data holds the handler's address
-/// (Seastar-style: completion objects live in their owner, not in a side table).
+/// (Seastar-style: completion objects live in their owner, not in a side table). SQEs whose
+/// completion nobody needs (cancellations) carry user_data 0 and are dropped by the reactor.
 struct IoHandler {
   void (*fn)(IoHandler* self, const io_uring_cqe& cqe) noexcept = nullptr;
 };
 
-/// A one-shot timer owned by the caller, armed on a reactor.
+/// A one-shot timer owned by the caller, armed on a reactor. `fn` runs on the reactor thread
+/// once `deadline_ns` (Reactor::clock_ns time base) has passed; it may re-arm the timer.
+/// The caller keeps the object alive while it is armed (cancel it before destroying it).
 struct Timer {
   void (*fn)(Timer* self) noexcept = nullptr;
   uint64_t deadline_ns = 0;
-  bool armed = false;
+  bool armed = false;     // owned by the reactor
   size_t heap_index = 0;  // owned by the reactor
 };
 
+/// How a thread that does not sit in poll() learns that the ring has completions.
+enum class CompletionNotify : uint8_t {
+  /// Only poll() waits for completions. The ring runs completion work cooperatively (cheaper),
+  /// so a thread blocked outside poll() would not see completions arrive.
+  none,
+  /// An eventfd (notify_fd()) becomes readable whenever completions are posted, so another event
+  /// loop (e.g. Boost.Asio) can wait for it and then call poll(0).
+  eventfd,
+};
+
 struct ReactorOptions {
-  unsigned ring_entries = 1024;  ///< SQ size; CQ is twice that
-  unsigned post_capacity = 4096; ///< MPSC ring slots for post()
+  unsigned ring_entries = 1024;   ///< SQ size; CQ is twice that
+  unsigned post_capacity = 4096;  ///< MPSC ring slots for post() (rounded up to a power of two)
+  CompletionNotify notify = CompletionNotify::none;
 };
 
 class Reactor {
  public:
-  /// Creates the io_uring. Errors: errno codes from io_uring_queue_init (e.g. ENOMEM, ENOSYS).
+  /// Creates the io_uring, probing optional setup flags and features and falling back when the
+  /// kernel lacks them. Errors: errno codes from io_uring_queue_init or eventfd (ENOMEM, ENOSYS,
+  /// EPERM when io_uring is disabled), Errc::invalid_argument for zero sizes.
   static Result<std::unique_ptr<Reactor>> create(const ReactorOptions& opts = {});
+  /// Destroys the ring; the kernel cancels whatever is still in flight. Queue pairs and armed
+  /// timers that use this reactor must be gone first.
   ~Reactor();
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
@@ -49,31 +68,44 @@ class Reactor {
   /// kernel cannot take more (callers then retry on the next poll).
   io_uring_sqe* get_sqe() noexcept;
   io_uring* ring() noexcept;
+  /// IORING_FEAT_* bits the kernel reported.
+  uint32_t features() const noexcept;
+  /// The eventfd of CompletionNotify::eventfd (readable when completions are pending; read it to
+  /// reset it), or -1.
+  int notify_fd() const noexcept;
 
-  /// One loop turn: submits queued SQEs, reaps completions (dispatching each to its
-  /// IoHandler), runs expired timers, drains posted functions, runs pollers. Blocks up to
-  /// `max_wait` when there is nothing to do (0: never blocks). Returns events handled.
+  /// One loop turn: reaps completions (dispatching each to its IoHandler), runs expired timers,
+  /// drains posted functions, runs pollers, then submits queued SQEs in one system call. When
+  /// that turn did nothing it blocks up to `max_wait` (bounded by the nearest timer, cut short by
+  /// a completion or wake()) and runs one more turn. 0 never blocks. Returns events handled.
   int poll(std::chrono::microseconds max_wait = std::chrono::microseconds{0}) noexcept;
 
   /// Runs poll() until `done()` is true or `timeout` passes. Returns false on timeout.
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
-  /// Monotonic clock, refreshed once per poll() (cheap to read on the hot path).
+  /// Monotonic clock, refreshed once per poll() turn (cheap to read on the hot path).
   uint64_t now_ns() const noexcept { return now_ns_; }
+  /// CLOCK_MONOTONIC in nanoseconds (a system call free vDSO read).
   static uint64_t clock_ns() noexcept;
 
+  /// Arms (or re-arms with a new deadline) `t`. Owning thread only. O(log timers).
   void arm(Timer& t, uint64_t deadline_ns) noexcept;
+  /// Disarms `t` if armed. Owning thread only.
   void cancel(Timer& t) noexcept;
 
-  /// A function called on every poll() turn (e.g. deadline scans). Owning thread only.
+  /// A function called on every poll() turn (e.g. send flushing, deadline scans); returns how
+  /// much work it did (0: none, so the turn may block). Owning thread only; a poller may remove
+  /// itself or another poller while it runs.
   using Poller = int (*)(void* ctx) noexcept;
   void add_poller(Poller fn, void* ctx);
-  void remove_poller(Poller fn, void* ctx);
+  void remove_poller(Poller fn, void* ctx) noexcept;
 
-  /// Runs `fn` on the reactor thread at its next turn. Any thread. Returns false when the
-  /// ring is full (the caller retries or fails the request; nothing is dropped silently).
+  /// Runs `fn` on the reactor thread at its next turn. Any thread; never blocks. Returns false
+  /// when the ring is full (the caller retries or fails the request; nothing is dropped
+  /// silently). Functions run in the order their post() calls took a slot.
   bool post(std::function<void()> fn);
-  /// Wakes a reactor blocked in poll(). Any thread.
+  /// Wakes a reactor blocked in poll() (or makes notify_fd() readable). Any thread. Coalesced:
+  /// at most one eventfd write until the reactor has seen the previous one.
   void wake() noexcept;
 
  private:

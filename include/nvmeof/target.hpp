@@ -3,8 +3,15 @@
 // namespaces, one ANA group per port, discovery, keep-alive, a Command Quiesce Time it honours,
 // and per-port fault injection.
 //
-// Threading: the target runs its own threads. Every method here may be called from any thread
-// while it runs; fault and ANA changes take effect for commands received after the call returns.
+// Threading: the target runs its own threads (an acceptor per port, a thread per connection, one
+// for held writes). Every method here may be called from any thread while it runs; fault and ANA
+// changes take effect for commands received after the call returns. Methods taking a port index
+// ignore an index out of range (getters then return an empty/zero value).
+//
+// Protocol errors from a host (malformed PDU, bad digest, H2CData outside its R2T, a second
+// ICReq) never stop the target: that connection gets a C2HTermReq and is closed, one line is
+// logged to stderr, and PortStats::errors counts it. A data digest error fails only its command
+// (transient transport error) and is counted the same way.
 #pragma once
 
 #include <chrono>
@@ -19,6 +26,7 @@
 
 namespace nvmeof {
 
+/// A namespace of a subsystem.
 struct TargetNamespace {
   uint32_t nsid = 1;
   uint64_t size_bytes = 64ull << 20;
@@ -27,6 +35,7 @@ struct TargetNamespace {
   Nguid nguid{};                ///< all zero: derived from subsystem NQN + nsid
 };
 
+/// An NVM subsystem. The discovery subsystem (kDiscoveryNqn) always exists besides these.
 struct TargetSubsystem {
   std::string nqn = "nqn.2024-01.io.nvmeof:target";
   std::vector<TargetNamespace> namespaces{TargetNamespace{}};
@@ -34,35 +43,51 @@ struct TargetSubsystem {
   std::string model = "nvmeof embedded target";
 };
 
+/// A listening port. Its ANA group id (and discovery PORTID) is the port index + 1. Controllers
+/// reached through it report their namespaces in that group, with the port's ANA state.
 struct TargetPort {
-  std::string traddr = "127.0.0.1";
+  std::string traddr = "127.0.0.1";  ///< IPv4 or IPv6 literal (or host name); "0.0.0.0": any
   std::string trsvcid = "4420";  ///< "0": pick a free port (read it back with port_address())
-  AnaState ana_state = AnaState::optimized;  ///< ANA group id = port index + 1
+  AnaState ana_state = AnaState::optimized;
 };
 
+/// When the last C2HData PDU of a read carries the SUCCESS flag, which replaces the CapsuleResp.
+enum class C2hSuccess : uint8_t {
+  /// Only on queues whose host disabled SQ flow control at Connect (CATTR bit 2): the CapsuleResp
+  /// otherwise carries SQHD. NVMe/TCP's rule, and what Linux nvmet does.
+  sq_flow_control_disabled,
+  always,  ///< on every successful read: one PDU less, and it exercises a host's SUCCESS path
+};
+
+/// Everything Target::start needs. The limits are reported to hosts (CAP, Identify, ICResp).
 struct TargetOptions {
   std::vector<TargetPort> ports{TargetPort{}};
   std::vector<TargetSubsystem> subsystems{TargetSubsystem{}};
   uint32_t max_queue_depth = 1024;   ///< CAP.MQES + 1
-  uint32_t max_io_queues = 64;
-  uint32_t in_capsule_data = 8192;   ///< IOCCSZ = 64 + this
-  uint32_t maxh2cdata = 131072;
-  uint8_t mdts = 5;                  ///< 2^mdts * 4 KiB = 128 KiB
+  uint32_t max_io_queues = 64;       ///< per controller (Set Features Number of Queues)
+  uint32_t in_capsule_data = 8192;   ///< I/O queues; IOCCSZ = 64 + this (a multiple of 16)
+  uint32_t maxh2cdata = 131072;      ///< at least 4096
+  uint8_t mdts = 5;                  ///< 2^mdts * 4 KiB = 128 KiB (0: unlimited; at most 16)
   uint16_t cqt_ms = 10;              ///< Command Quiesce Time reported and honoured
-  uint8_t anatt_s = 2;
+  uint8_t anatt_s = 2;               ///< ANA transition time reported (Identify ANATT)
+  C2hSuccess c2h_success = C2hSuccess::sq_flow_control_disabled;
   bool log_connections = false;      ///< print connects/disconnects/errors to stderr
 };
 
 /// Fault injection, per port. Combine freely; `clear_faults` restores normal service.
 enum class FaultKind : uint8_t {
   reset,        ///< close every connection on the port now (RST); new connects still accepted
-  blackhole,    ///< stop answering and reading: sockets stay open, nothing comes back
-  refuse,       ///< close new connections at once
+  /// Stop reading and answering: sockets stay open, nothing comes back, keep-alive timers pause.
+  /// A host that closes its socket is still noticed (that time starts the CQT clock of held
+  /// writes). New connections are accepted but get no ICResp.
+  blackhole,
+  refuse,       ///< close new connections at once (RST)
 };
 
 /// Whether held writes respect the Command Quiesce Time after their connection dies.
 enum class QuiesceMode : uint8_t { honour, ignore };
 
+/// Counters of one port.
 struct PortStats {
   uint64_t connections = 0;      ///< accepted since start
   uint64_t live_connections = 0;
@@ -71,48 +96,65 @@ struct PortStats {
   uint64_t writes = 0;
   uint64_t errors = 0;           ///< protocol errors seen (malformed PDUs, digests)
   uint64_t delayed_writes_executed = 0;  ///< writes executed after a delay (ghost-write tests)
+  uint64_t delayed_writes_dropped = 0;   ///< held writes dropped to honour CQT
+  uint64_t writes_dropped_after_teardown = 0;  ///< writes whose connection died before they ran
 };
 
+/// A running target; stop() or the destructor ends it.
 class Target {
  public:
-  /// Binds every port and starts serving. Errors: errno codes (EADDRINUSE, ...),
-  /// invalid_argument for bad options.
+  /// Binds every port and starts serving. Errors: errno codes (EADDRINUSE, ...; from open/mmap
+  /// for namespaces), invalid_argument for bad options (no port, duplicate NQN or NSID, a block
+  /// size other than 512/4096, a size not a multiple of it, out-of-range limits).
   static Result<std::unique_ptr<Target>> start(const TargetOptions& opts);
   ~Target();  ///< stop()
 
   /// Stops accepting, closes every connection, joins the threads. Idempotent.
   void stop();
   /// The bound address of port `i` (the real port number when "0" was asked).
-  std::string port_address(size_t i) const;  ///< "127.0.0.1:4420"
+  std::string port_address(size_t i) const;  ///< "127.0.0.1:4420", "[::1]:4420"
+  /// The bound TCP port number of port `i`.
   uint16_t port_number(size_t i) const;
 
-  /// Changes the ANA state of port `i`'s group and sends an ANA change notice (AER) to every
-  /// controller that has one outstanding.
+  /// Changes the ANA state of port `port`'s group. Every controller connected through that port
+  /// gets an ANA change notice: its outstanding Asynchronous Event Request completes with
+  /// DW0 0x000C0302 (or the next one does, when none is outstanding). No-op when unchanged.
   void set_ana_state(size_t port, AnaState s);
+  /// The current ANA state of port `port`'s group.
   AnaState ana_state(size_t port) const;
 
+  /// Injects a fault on port `port` (see FaultKind); reset acts once, the others last until
+  /// clear_faults.
   void inject(size_t port, FaultKind kind);
-  /// Adds `latency` before each command on the port is answered (0 removes it).
+  /// Delays each command received on the port by `latency` before it executes and is answered
+  /// (0 removes it). With a constant latency commands keep their order.
   void set_latency(size_t port, std::chrono::microseconds latency);
-  /// Commands on the port complete with `status` instead of executing (nullopt: stop).
+  /// I/O commands on the port complete with `status` instead of executing (nullopt: stop).
+  /// Admin commands still work, so a host can read the ANA log.
   void fail_commands(size_t port, std::optional<NvmeStatus> status);
-  /// The next writes received on the port are held for `delay` and then executed, even if their
+  /// Writes received on the port from now on are held for `delay` and then executed, even if their
   /// connection died meanwhile, unless the Command Quiesce Time has passed since the
   /// connection closed (the target honours CQT by never executing a held command later than
-  /// CQT after its connection's teardown). QuiesceMode::ignore executes them whenever the delay
-  /// ends: the misbehaving target a ghost-write test needs.
+  /// CQT after its connection's teardown). The teardown is timed when the target notices it, a
+  /// little after the host made it, so the target gives up min(CQT/4, 2 ms) early.
+  /// QuiesceMode::ignore executes them whenever the delay ends: the misbehaving target a
+  /// ghost-write test needs. A delay of 0 stops holding new writes.
   void delay_writes(size_t port, std::chrono::milliseconds delay,
                     QuiesceMode mode = QuiesceMode::honour);
+  /// Ends blackhole, refuse, latency, failing and held writes on the port (writes already held
+  /// still run their course).
   void clear_faults(size_t port);
 
+  /// Counters of port `port` since start (relaxed snapshots).
   PortStats stats(size_t port) const;
 
-  /// Direct access to namespace contents (tests verify data through it).
+  /// Direct access to namespace contents (tests verify data through it). Errors:
+  /// invalid_argument (unknown NQN or NSID, range past the end), errno codes for a file.
   Result<void> read_ns(const std::string& nqn, uint32_t nsid, uint64_t offset, void* buf, size_t len);
   Result<void> write_ns(const std::string& nqn, uint32_t nsid, uint64_t offset, const void* buf,
                         size_t len);
 
-  struct Impl;
+  struct Impl;  ///< internal; defined in lib/target
 
  private:
   explicit Target(std::unique_ptr<Impl> impl);

@@ -36,12 +36,12 @@ bool candidate(const PathView& p, size_t i, int tier, int exclude, bool allow_ex
 }
 
 // Expected time until an I/O of `io_bytes` would complete on `p`: the bytes queued ahead plus
-// its own, over the path's throughput, plus the path's latency. Unknown figures count as fast so
-// that a new path gets probed rather than starved.
+// its own, at the path's per-command bandwidth, plus the path's latency. A path with no
+// measurement yet costs nothing, so that it gets probed rather than starved.
 double service_time(const PathView& p, uint64_t io_bytes) noexcept {
+  if (p.latency_ns <= 0 || p.bytes_per_ns <= 0) return 0;
   const double bytes = static_cast<double>(p.outstanding_bytes + io_bytes);
-  const double tput = p.bytes_per_ns > 0 ? p.bytes_per_ns : 1.0;
-  return bytes / tput + p.latency_ns;
+  return bytes / p.bytes_per_ns + p.latency_ns;
 }
 
 }  // namespace

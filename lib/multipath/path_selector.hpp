@@ -19,7 +19,7 @@ struct PathView {
   AnaState ana = AnaState::optimized;
   uint32_t outstanding = 0;
   uint64_t outstanding_bytes = 0;
-  double bytes_per_ns = 0;     ///< measured throughput (EWMA); 0 = unknown yet
+  double bytes_per_ns = 0;     ///< one command's bytes over its latency (EWMA); 0 = unknown yet
   double latency_ns = 0;       ///< measured completion latency (EWMA); 0 = unknown yet
   int distance = 10;           ///< NUMA distance from the reactor's node (10 = local)
 };

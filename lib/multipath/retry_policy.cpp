@@ -2,6 +2,10 @@
 
 namespace nvmeof::detail {
 
+namespace {
+constexpr uint32_t kSamePathAttempts = 2;
+}  // namespace
+
 const char* to_string(RetryAction a) noexcept {
   switch (a) {
     case RetryAction::complete: return "complete";
@@ -26,16 +30,17 @@ RetryDecision decide_retry(NvmeStatus status, uint32_t attempts, uint32_t max_at
       case 0x02:  // ANA inaccessible
       case 0x03:  // ANA transition: the path holds its I/O; another path takes it if it can
         d.refresh_ana = true;
-        d.action = exhausted ? RetryAction::fail : move;
+        d.action = move;
         return d;
       case 0x00:  // internal path error
       case 0x60:  // controller pathing error
       case 0x70:  // host pathing error: our transport failed under the command
       case 0x71:  // aborted by host
-        // Our own transport failures carry no DNR; a DNR from the controller on a path error
-        // still says nothing about the other paths, so the I/O moves either way.
-        d.path_failed = status.sc() == 0x70 || status.sc() == 0x71;
-        d.action = exhausted ? RetryAction::fail : move;
+        // The path itself is broken (not just this command): it is torn down and reconnected.
+        // A DNR from the controller on a path error says nothing about the other paths, so the
+        // I/O moves either way.
+        d.path_failed = true;
+        d.action = move;
         return d;
       default:
         break;
@@ -43,6 +48,12 @@ RetryDecision decide_retry(NvmeStatus status, uint32_t attempts, uint32_t max_at
   }
   if (status.dnr() || exhausted) {
     d.action = RetryAction::complete;
+    return d;
+  }
+  // A retryable error is retried where it happened first (honouring CRD); when it repeats,
+  // another path may do better.
+  if (attempts >= kSamePathAttempts && other == OtherPath::usable) {
+    d.action = RetryAction::retry_other;
     return d;
   }
   d.action = RetryAction::retry_same;

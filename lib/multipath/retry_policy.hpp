@@ -13,7 +13,7 @@ enum class RetryAction : uint8_t {
   retry_same,   ///< resubmit on the same path after the CRD delay
   retry_other,  ///< resubmit on another usable path (writes only once the old path is fenced)
   wait,         ///< no other usable path: queue until one is, up to no_path_timeout
-  fail,         ///< give up: attempts exhausted on path errors
+  fail,         ///< give up with a path error (the caller's no_path_timeout ran out)
 };
 const char* to_string(RetryAction a) noexcept;
 
@@ -26,7 +26,9 @@ struct RetryDecision {
   uint8_t crd = 0;            ///< retry delay index for retry_same
 };
 
-/// `attempts` counts the submissions already made for this I/O (1 after the first).
+/// `attempts` counts the submissions already made for this I/O (1 after the first). Attempts
+/// bound retries of command errors; path errors are bounded by the caller's no_path_timeout,
+/// since a path may come back.
 RetryDecision decide_retry(NvmeStatus status, uint32_t attempts, uint32_t max_attempts,
                            OtherPath other) noexcept;
 

@@ -17,7 +17,9 @@ TEST_CASE("a transport failure moves the I/O and fails the path", "[retry]") {
   CHECK(d.action == RetryAction::retry_other);
   CHECK(d.path_failed);
   CHECK(decide_retry(status::kHostPathError, 1, 16, OtherPath::none).action == RetryAction::wait);
-  CHECK(decide_retry(status::kHostPathError, 16, 16, OtherPath::usable).action == RetryAction::fail);
+  // Path errors are bounded by no_path_timeout, not by attempts.
+  CHECK(decide_retry(status::kHostPathError, 16, 16, OtherPath::usable).action == RetryAction::retry_other);
+  CHECK(decide_retry(NvmeStatus::make(Sct::path, 0x00), 1, 16, OtherPath::usable).path_failed);
 }
 
 TEST_CASE("ANA inaccessible and persistent loss move the I/O and refresh ANA", "[retry]") {
@@ -49,6 +51,11 @@ TEST_CASE("a retryable status retries on the same path honouring CRD", "[retry]"
   CHECK(d.action == RetryAction::retry_same);
   CHECK(d.crd == 2);
   CHECK(decide_retry(status::kNamespaceNotReady, 1, 16, OtherPath::none).action == RetryAction::retry_same);
+}
+
+TEST_CASE("a repeating retryable status moves to another path when there is one", "[retry]") {
+  CHECK(decide_retry(status::kInternalError, 2, 16, OtherPath::usable).action == RetryAction::retry_other);
+  CHECK(decide_retry(status::kInternalError, 2, 16, OtherPath::none).action == RetryAction::retry_same);
 }
 
 TEST_CASE("a retryable status completes once attempts are exhausted", "[retry]") {

@@ -76,13 +76,15 @@ if [ ! -f "$ktree/boot/vmlinuz-$kver" ]; then
     say "downloading $kpkg"
     (cd "$dir/debs" && apt-get download -qq "$kpkg" >&2) ||
         skip "cannot download $kpkg"
-    rm -rf "$ktree.tmp"
-    dpkg -x "$dir/debs/${kpkg}"_*.deb "$ktree.tmp"
+    # Unpacked under a name the clean-up below does not match.
+    unpack=$dir/unpack.tmp
+    rm -rf "$unpack"
+    dpkg -x "$dir/debs/${kpkg}"_*.deb "$unpack"
     # The package ships no modules.dep; its postinst would have made one.
-    depmod -b "$ktree.tmp" "$kver"
+    depmod -b "$unpack" "$kver"
     # A kernel tree is 400 MB: keep only the current one.
     rm -rf "$dir"/kernel-*
-    mv "$ktree.tmp" "$ktree"
+    mv "$unpack" "$ktree"
     rm -f "$dir/debs/${kpkg}"_*.deb
 fi
 cp -u "$ktree/boot/vmlinuz-$kver" "$dir/vmlinuz"

@@ -1,0 +1,180 @@
+// One namespace reached over N paths (controllers of one subsystem), made to look like one
+// volume: ANA-aware active-active path selection, failover that never lets a stale write land,
+// reconnect with backoff and failback.
+//
+// Threading: the volume runs `reactors` data-plane threads (each owns an io_uring and one queue
+// pair per path) and one control thread (admin queues, keep-alive, ANA, reconnects).
+// submit() and the coroutine forms may be called from any thread; a call from a reactor thread
+// (e.g. from inside a completion) stays on that reactor, others are handed to a reactor through
+// its bounded MPSC ring. Completions run on the reactor thread that executed the I/O.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvmeof/controller.hpp"
+#include "nvmeof/identify.hpp"
+#include "nvmeof/status.hpp"
+
+namespace nvmeof {
+
+enum class SelectorKind : uint8_t { round_robin, queue_depth, numa, service_time };
+const char* to_string(SelectorKind k) noexcept;
+Result<SelectorKind> parse_selector(std::string_view s);
+
+struct VolumeOptions {
+  std::vector<TransportAddress> paths;   ///< one entry per path (controller)
+  ConnectOptions connect;                ///< subnqn, digests, queue depth, KATO
+  uint32_t nsid = 1;                     ///< the namespace on the first path; matched on the
+                                         ///< others by NGUID/EUI-64/UUID, not by NSID
+  SelectorKind selector = SelectorKind::service_time;
+  uint32_t round_robin_ios = 1;          ///< I/Os per turn for round_robin
+  unsigned reactors = 1;                 ///< data-plane threads
+  std::vector<int> cpus;                 ///< pin reactor i to cpus[i] when given
+  /// Per-command deadline; 0 derives it from the path's own latency (never above 25 ms).
+  std::chrono::microseconds io_deadline{0};
+  std::chrono::milliseconds no_path_timeout{30000};
+  /// Stands in for the Command Quiesce Time when a controller reports none.
+  std::chrono::milliseconds fence_bound{0};  ///< 0: the keep-alive timeout
+  std::chrono::milliseconds reconnect_min{10};
+  std::chrono::milliseconds reconnect_max{1000};
+  uint32_t max_attempts = 16;            ///< per I/O, across all paths
+};
+
+/// One I/O on a volume. Owned by the caller until `done` runs; no allocation per I/O.
+struct VolumeIo;
+using VolumeCallback = void (*)(VolumeIo& io, NvmeStatus status) noexcept;
+
+enum class IoOp : uint8_t { read, write, flush, write_zeroes, dsm };
+
+struct VolumeIo {
+  IoOp op = IoOp::read;
+  uint64_t slba = 0;
+  uint32_t nlb = 0;          ///< blocks (for dsm: number of ranges)
+  void* buf = nullptr;       ///< data (read into / write from / dsm ranges)
+  VolumeCallback done = nullptr;
+  void* user = nullptr;
+  // -- owned by the volume while in flight --
+  uint64_t start_ns = 0;     ///< when the volume accepted it
+  uint64_t not_before_ns = 0;
+  uint32_t attempts = 0;
+  int last_path = -1;
+  uint16_t parts_left = 0;   ///< split pieces outstanding
+  NvmeStatus first_error{};
+  VolumeIo* next = nullptr;
+};
+
+enum class PathState : uint8_t {
+  connecting,   ///< first connect or reconnect in progress
+  live,         ///< takes I/O (subject to ANA)
+  failed,       ///< transport error or deadline: takes no I/O, being torn down
+  fenced,       ///< torn down and quiesce time elapsed: waiting to reconnect
+};
+const char* to_string(PathState s) noexcept;
+
+struct LatencyPercentiles {
+  double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0, mean_us = 0;
+};
+
+struct PathStats {
+  int index = 0;
+  std::string address;
+  PathState state = PathState::connecting;
+  AnaState ana_state = AnaState::optimized;
+  uint32_t ana_group = 0;
+  uint32_t outstanding = 0;
+  uint64_t ios = 0;
+  uint64_t bytes = 0;
+  double iops = 0;           ///< since the volume opened
+  LatencyPercentiles latency;
+  uint64_t errors = 0;       ///< failed completions seen on this path (retried or not)
+  uint64_t retries = 0;      ///< I/Os resubmitted away from this path or on it
+  uint64_t failovers = 0;    ///< times this path failed
+  uint64_t reconnects = 0;
+  uint16_t cqt_ms = 0;
+};
+
+/// One failover, with times in microseconds since detection (absolute monotonic ns kept too).
+struct FailoverEvent {
+  int path = -1;
+  std::string cause;            ///< "connection reset", "deadline 25 ms", "ana inaccessible", ...
+  uint64_t detect_ns = 0;       ///< monotonic clock
+  int64_t fenced_us = -1;       ///< connection torn down and CQT elapsed (writes may move)
+  int64_t first_resubmit_us = -1;
+  int64_t first_success_us = -1;
+  int64_t reconnected_us = -1;
+  uint32_t reads_moved = 0;
+  uint32_t writes_moved = 0;
+};
+
+struct VolumeStats {
+  NamespaceInfo ns;
+  SelectorKind selector = SelectorKind::service_time;
+  std::vector<PathStats> paths;
+  std::vector<FailoverEvent> timeline;
+  uint64_t completed = 0;
+  uint64_t failed = 0;           ///< completed with an error status to the application
+  uint64_t waiting = 0;          ///< I/Os queued for a usable path right now
+};
+
+/// Text and JSON (snake_case keys, arrays always arrays) forms of the stats.
+std::string to_text(const VolumeStats& s);
+std::string to_json(const VolumeStats& s);
+
+class Volume {
+ public:
+  /// Connects every path, identifies the namespace on each and checks they are the same one
+  /// (Errc::namespace_mismatch otherwise), reads ANA state, starts the reactors. A path that
+  /// cannot be reached at open is kept and reconnected in the background; open fails only when
+  /// no path can be opened (the first path's error is returned).
+  static Result<std::unique_ptr<Volume>> open(const VolumeOptions& opts);
+  /// Opens every subsystem path a discovery controller lists for `opts.connect.subnqn`.
+  static Result<std::unique_ptr<Volume>> open_discovered(const TransportAddress& discovery,
+                                                         VolumeOptions opts);
+  ~Volume();  ///< waits for in-flight I/O (bounded by no_path_timeout), then tears down
+
+  const NamespaceInfo& ns() const noexcept;
+  uint32_t block_size() const noexcept;
+  uint64_t size_blocks() const noexcept;
+
+  /// Starts `io`. Returns 0, -EINVAL on a bad request (beyond the namespace, nlb 0), -EAGAIN when
+  /// the target reactor's submission ring is full. Never fails for lack of a path: the I/O waits
+  /// up to no_path_timeout, then completes with status::kHostPathError (DNR set).
+  int submit(VolumeIo& io) noexcept;
+
+  /// Changes the path selector; safe while I/O runs.
+  void set_selector(SelectorKind k) noexcept;
+
+  VolumeStats stats() const;
+  /// Paths usable for I/O right now.
+  unsigned usable_paths() const noexcept;
+
+  /// Awaitable form: `NvmeStatus s = co_await volume.read(buf, slba, nlb);`
+  struct Awaitable {
+    Volume* vol;
+    VolumeIo io;
+    std::coroutine_handle<> handle;
+    NvmeStatus status{};
+    int rc = 0;
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) noexcept;
+    NvmeStatus await_resume() const noexcept;
+  };
+  Awaitable read(void* buf, uint64_t slba, uint32_t nlb) noexcept;
+  Awaitable write(const void* buf, uint64_t slba, uint32_t nlb) noexcept;
+  Awaitable flush() noexcept;
+  Awaitable write_zeroes(uint64_t slba, uint32_t nlb) noexcept;
+  Awaitable dsm(DsmRange* ranges, uint32_t nr) noexcept;
+
+  struct Impl;
+
+ private:
+  explicit Volume(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvmeof

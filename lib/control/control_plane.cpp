@@ -1,0 +1,75 @@
+#include "control/control_plane.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <system_error>
+
+namespace nvmeof {
+
+void ControlPlane::Impl::kick() noexcept {
+  ++polling;
+  reactor->poll();
+  --polling;
+}
+
+bool ControlPlane::Impl::run_until(const std::function<bool()>& done,
+                                   std::chrono::milliseconds timeout) {
+  ++polling;
+  const bool ok = reactor->run_until(done, timeout);
+  --polling;
+  return ok;
+}
+
+void ControlPlane::Impl::arm_notify() {
+  notify->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                     [this](const boost::system::error_code& ec) {
+                       if (ec) return;  // cancelled at shutdown
+                       // Reset the counter before reaping: a completion posted after the read
+                       // signals the eventfd again, one posted before it is reaped below.
+                       uint64_t v;
+                       [[maybe_unused]] const ssize_t r = ::read(notify->native_handle(), &v, sizeof v);
+                       kick();
+                       arm_notify();
+                     });
+}
+
+ControlPlane::ControlPlane() : impl_(std::make_unique<Impl>()) {
+  Impl& im = *impl_;
+  ReactorOptions ro;
+  ro.ring_entries = 256;
+  ro.post_capacity = 1024;
+  ro.notify = CompletionNotify::eventfd;
+  auto r = Reactor::create(ro);
+  if (!r) throw std::system_error(r.error(), "nvmeof: control plane reactor");
+  im.reactor = std::move(*r);
+  const int fd = ::dup(im.reactor->notify_fd());
+  if (fd < 0) throw std::system_error(errno_code(errno), "nvmeof: control plane eventfd");
+  im.notify = std::make_unique<boost::asio::posix::stream_descriptor>(im.io, fd);
+  im.work.emplace(im.io.get_executor());
+  std::promise<void> started;
+  auto fut = started.get_future();
+  im.thread = std::thread([&im, &started] {
+    im.thread_id = std::this_thread::get_id();
+    im.arm_notify();
+    started.set_value();
+    im.io.run();
+  });
+  fut.get();
+}
+
+ControlPlane::~ControlPlane() {
+  Impl& im = *impl_;
+  boost::asio::post(im.io, [&im] {
+    boost::system::error_code ignored;
+    im.notify->cancel(ignored);
+    im.work.reset();
+    im.io.stop();  // controllers are gone; nothing left is worth waiting for
+  });
+  if (im.thread.joinable()) im.thread.join();
+  im.notify.reset();
+  im.reactor.reset();
+}
+
+}  // namespace nvmeof

@@ -1,0 +1,627 @@
+#include "nvmeof/controller.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "control/control_plane.hpp"
+#include "transport/tcp/queue_pair.hpp"
+
+namespace nvmeof {
+namespace {
+
+constexpr uint32_t kCcEnable = 1u;
+constexpr uint32_t kCcIosqes = 6u << 16;  // 64-byte SQ entries
+constexpr uint32_t kCcIocqes = 4u << 20;  // 16-byte CQ entries
+constexpr uint32_t kCstsRdy = 1u;
+constexpr uint32_t kCstsCfs = 2u;
+constexpr uint8_t kCntrltypeDiscovery = 3;
+constexpr uint32_t kAenNsAttrChanged = 1u << 8;
+constexpr uint32_t kAenAnaChange = 1u << 11;
+constexpr uint32_t kNsidAll = 0xffffffffu;
+constexpr uint32_t kIdentifyLen = 4096;
+constexpr uint32_t kAnaHeaderLen = 16;
+constexpr uint32_t kAnaGroupDescLen = 32;
+constexpr uint32_t kDiscoveryRecordLen = 1024;
+constexpr uint64_t kMaxDiscoveryRecords = 1024;
+constexpr uint32_t kMaxLogLen = 4u << 20;
+
+const std::array<uint8_t, 16>& process_hostid() {
+  static const std::array<uint8_t, 16> id = [] {
+    std::array<uint8_t, 16> v{};
+    std::random_device rd;
+    for (auto& b : v) b = static_cast<uint8_t>(rd());
+    v[6] = static_cast<uint8_t>((v[6] & 0x0f) | 0x40);  // UUID version 4
+    v[8] = static_cast<uint8_t>((v[8] & 0x3f) | 0x80);  // RFC 4122 variant
+    return v;
+  }();
+  return id;
+}
+
+std::string uuid_string(const std::array<uint8_t, 16>& id) {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += hex[id[i] >> 4];
+    s += hex[id[i] & 0xf];
+  }
+  return s;
+}
+
+Cqe failed_cqe(NvmeStatus st) {
+  Cqe c{};
+  c.status_field = st.cqe_field();
+  return c;
+}
+
+// Queue ids 1..N for I/O queues, handed out round-robin so that a just-released id (whose old
+// connection the controller may still be tearing down) is reused last.
+class QidPool {
+ public:
+  explicit QidPool(uint32_t n) : used_(n + 1, false) {}
+  std::optional<uint16_t> acquire() {
+    std::lock_guard lock(mu_);
+    const size_t n = used_.size() - 1;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t q = (next_ - 1 + i) % n + 1;
+      if (!used_[q]) {
+        used_[q] = true;
+        next_ = q % n + 1;
+        return static_cast<uint16_t>(q);
+      }
+    }
+    return std::nullopt;
+  }
+  void release(uint16_t q) {
+    std::lock_guard lock(mu_);
+    if (q < used_.size()) used_[q] = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<bool> used_;
+  size_t next_ = 1;
+};
+
+}  // namespace
+
+// One admin command in flight. Its data goes through `buf`, never the caller's memory, so a
+// command the caller stopped waiting for can still complete safely.
+struct AdminOp {
+  IoRequest req;
+  std::vector<uint8_t> buf;
+  std::function<void(AdminOp&, const Cqe&)> done;  // control thread
+  int submit_error = 0;
+  // Sync waiters: written on the control thread under `mu`, read by the waiting thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Cqe cqe{};
+  std::error_code queue_error;
+  Controller::Impl* impl = nullptr;
+};
+
+// Threading: `addr`, `opts`, `info`, `cap`, `cntlid`, `granted` are written during connect()
+// before the Controller object is published and are read-only afterwards. `live` is atomic.
+// Callbacks are guarded by `cb_mu`. Everything else belongs to the control thread.
+struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<Controller::Impl> {
+  Impl(ControlPlane::Impl& c, const TransportAddress& a, const ConnectOptions& o)
+      : cp(c), addr(a), opts(o), ka_timer(c.io), ka_deadline(c.io) {}
+
+  ControlPlane::Impl& cp;
+  TransportAddress addr;
+  ConnectOptions opts;
+  ControllerInfo info;
+  uint64_t cap = 0;
+  uint16_t cntlid = 0;
+  uint32_t granted = 0;
+  std::shared_ptr<QidPool> qids;
+  std::atomic<bool> live{false};
+  std::string label;
+
+  std::unique_ptr<tcp::QueuePair> admin_qp;
+  std::unordered_map<AdminOp*, std::shared_ptr<AdminOp>> ops;
+  std::deque<std::shared_ptr<AdminOp>> waiting;
+  boost::asio::steady_timer ka_timer;
+  boost::asio::steady_timer ka_deadline;
+  bool ka_outstanding = false;
+  bool failed = false;
+  bool disconnecting = false;
+  std::error_code failure;
+
+  std::mutex cb_mu;
+  std::function<void(uint32_t)> on_aen;
+  std::function<void(std::error_code)> on_fail;
+
+  void on_queue_failed(QueuePair&, std::error_code why) noexcept override { fail(why); }
+
+  static void op_complete(IoRequest& req, const Cqe& cqe) noexcept {
+    auto* op = static_cast<AdminOp*>(req.user);
+    op->impl->finish_op(op, cqe);
+  }
+
+  void start_op(const std::shared_ptr<AdminOp>& op);
+  void finish_op(AdminOp* op, const Cqe& cqe);
+  void drain_waiting();
+  Result<AdminResult> execute(const Sqe& cmd, void* data, uint32_t len);
+  Result<std::vector<uint8_t>> read_data(const Sqe& cmd, uint32_t len);
+  Result<std::vector<uint8_t>> get_log(uint8_t lid, uint32_t nsid, uint32_t len);
+  void fail(std::error_code why);
+  void schedule_keep_alive();
+  void send_keep_alive();
+  void arm_aer();
+  void shutdown();
+};
+
+void Controller::Impl::start_op(const std::shared_ptr<AdminOp>& op) {
+  op->impl = this;
+  if (!admin_qp || admin_qp->state() != QpState::live) {
+    op->done(*op, failed_cqe(status::kHostPathError));
+    return;
+  }
+  op->req.data = op->buf.empty() ? nullptr : op->buf.data();
+  op->req.data_len = static_cast<uint32_t>(op->buf.size());
+  op->req.on_complete = &Impl::op_complete;
+  op->req.user = op.get();
+  const int rc = admin_qp->submit(op->req);
+  if (rc == -EAGAIN) {
+    waiting.push_back(op);
+    return;
+  }
+  if (rc < 0) {
+    op->submit_error = rc;
+    op->done(*op, failed_cqe(status::kInvalidField));
+    return;
+  }
+  ops.emplace(op.get(), op);
+  // Outside a reactor turn nothing else would send the capsule now.
+  if (cp.polling == 0) cp.kick();
+}
+
+void Controller::Impl::finish_op(AdminOp* op, const Cqe& cqe) {
+  auto it = ops.find(op);
+  if (it == ops.end()) return;
+  std::shared_ptr<AdminOp> hold = std::move(it->second);
+  ops.erase(it);
+  hold->done(*hold, cqe);
+  drain_waiting();
+}
+
+void Controller::Impl::drain_waiting() {
+  while (!waiting.empty()) {
+    if (admin_qp && admin_qp->state() == QpState::live &&
+        admin_qp->outstanding() >= admin_qp->depth())
+      return;
+    std::shared_ptr<AdminOp> op = std::move(waiting.front());
+    waiting.pop_front();
+    start_op(op);
+  }
+}
+
+Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32_t len) {
+  const bool to_ctrl = is_host_to_controller(cmd);
+  const bool from_ctrl = is_controller_to_host(cmd);
+  if (len && ((!to_ctrl && !from_ctrl) || !data)) return Errc::invalid_argument;
+  auto op = std::make_shared<AdminOp>();
+  op->req.cmd = cmd;
+  op->buf.resize(len);
+  if (len && to_ctrl) std::memcpy(op->buf.data(), data, len);
+  op->done = [this](AdminOp& o, const Cqe& c) {
+    std::lock_guard lock(o.mu);
+    o.cqe = c;
+    if (c.status() == status::kHostPathError && failed) o.queue_error = failure;
+    o.finished = true;
+    o.cv.notify_all();
+  };
+  if (cp.on_control_thread()) {
+    start_op(op);
+    cp.run_until([&] { return op->finished; }, opts.admin_timeout);
+  } else {
+    std::weak_ptr<Impl> w = weak_from_this();
+    boost::asio::post(cp.io, [w, op] {
+      if (auto self = w.lock()) self->start_op(op);
+    });
+    std::unique_lock lock(op->mu);
+    op->cv.wait_for(lock, opts.admin_timeout, [&] { return op->finished; });
+  }
+  std::lock_guard lock(op->mu);
+  if (!op->finished) return Errc::timeout;
+  if (op->submit_error == -ENOTCONN) return Errc::not_connected;
+  if (op->submit_error) return Errc::invalid_argument;
+  if (op->queue_error) return op->queue_error;
+  if (op->cqe.status() == status::kHostPathError && !live.load()) return Errc::not_connected;
+  if (len && from_ctrl) std::memcpy(data, op->buf.data(), len);
+  return AdminResult{op->cqe.status(), op->cqe.dw0, op->cqe.dw1};
+}
+
+Result<std::vector<uint8_t>> Controller::Impl::read_data(const Sqe& cmd, uint32_t len) {
+  std::vector<uint8_t> buf(len);
+  auto r = execute(cmd, buf.data(), len);
+  if (!r) return r.error();
+  if (!r->status.is_success()) return make_error_code(r->status);
+  return buf;
+}
+
+// A log page read in pieces of at most MDTS, each at its own offset.
+Result<std::vector<uint8_t>> Controller::Impl::get_log(uint8_t lid, uint32_t nsid, uint32_t len) {
+  len = (len + 3) & ~3u;
+  const uint32_t chunk = info.max_transfer ? info.max_transfer : tcp::kDefaultMaxTransfer;
+  std::vector<uint8_t> out(len);
+  for (uint32_t off = 0; off < len;) {
+    const uint32_t n = std::min(chunk, len - off);
+    Sqe c;
+    prep_get_log_page(c, lid, nsid, n, off);
+    auto r = execute(c, out.data() + off, n);
+    if (!r) return r.error();
+    if (!r->status.is_success()) return make_error_code(r->status);
+    off += n;
+  }
+  return out;
+}
+
+void Controller::Impl::fail(std::error_code why) {
+  if (failed) return;
+  failed = true;
+  failure = why;
+  live.store(false);
+  ka_timer.cancel();
+  ka_deadline.cancel();
+  if (!disconnecting) {
+    std::function<void(std::error_code)> cb;
+    {
+      std::lock_guard lock(cb_mu);
+      cb = on_fail;
+    }
+    // Posted, so the callback runs outside the reactor turn that noticed the failure.
+    if (cb) boost::asio::post(cp.io, [cb, why] { cb(why); });
+  }
+  while (!waiting.empty()) {
+    std::shared_ptr<AdminOp> op = std::move(waiting.front());
+    waiting.pop_front();
+    op->done(*op, failed_cqe(status::kHostPathError));
+  }
+}
+
+void Controller::Impl::schedule_keep_alive() {
+  if (opts.kato_ms == 0 || failed) return;
+  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(opts.kato_ms / 2, 1)));
+  ka_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto self = w.lock();
+    if (!self || self->failed) return;
+    self->send_keep_alive();
+    self->schedule_keep_alive();
+  });
+}
+
+void Controller::Impl::send_keep_alive() {
+  if (ka_outstanding || !admin_qp) return;  // the deadline timer watches the one in flight
+  ka_outstanding = true;
+  auto op = std::make_shared<AdminOp>();
+  prep_keep_alive(op->req.cmd);
+  op->done = [this](AdminOp&, const Cqe& c) {
+    ka_outstanding = false;
+    ka_deadline.cancel();
+    if (failed || c.status().is_success()) return;
+    std::fprintf(stderr, "nvmeof: %s: keep-alive failed: %s\n", label.c_str(),
+                 to_string(c.status()).c_str());
+    fail(make_error_code(c.status()));
+    if (admin_qp) admin_qp->close();
+  };
+  ka_deadline.expires_after(std::chrono::milliseconds(opts.kato_ms));
+  ka_deadline.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto self = w.lock();
+    if (!self || self->failed || !self->ka_outstanding) return;
+    std::fprintf(stderr, "nvmeof: %s: no keep-alive answer within %u ms\n", self->label.c_str(),
+                 self->opts.kato_ms);
+    self->fail(make_error_code(Errc::keep_alive_timeout));
+    if (self->admin_qp) self->admin_qp->close();
+  });
+  start_op(op);
+}
+
+void Controller::Impl::arm_aer() {
+  if (failed || !admin_qp) return;
+  auto op = std::make_shared<AdminOp>();
+  prep_async_event_request(op->req.cmd);
+  op->done = [this](AdminOp&, const Cqe& c) {
+    // Any error (aborted at teardown, limit exceeded, unsupported) ends the chain.
+    if (!c.status().is_success() || failed) return;
+    const uint32_t dw0 = c.dw0;
+    arm_aer();
+    std::function<void(uint32_t)> cb;
+    {
+      std::lock_guard lock(cb_mu);
+      cb = on_aen;
+    }
+    if (cb) boost::asio::post(cp.io, [cb, dw0] { cb(dw0); });
+  };
+  start_op(op);
+}
+
+void Controller::Impl::shutdown() {
+  disconnecting = true;
+  live.store(false);
+  ka_timer.cancel();
+  ka_deadline.cancel();
+  if (admin_qp) {
+    // The destructor drains the socket and completes every admin command (host path error).
+    std::unique_ptr<tcp::QueuePair> qp = std::move(admin_qp);
+    qp.reset();
+  }
+  failed = true;
+  while (!waiting.empty()) {
+    std::shared_ptr<AdminOp> op = std::move(waiting.front());
+    waiting.pop_front();
+    op->done(*op, failed_cqe(status::kHostPathError));
+  }
+}
+
+Controller::Controller(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Controller::~Controller() {
+  if (!impl_) return;
+  ControlPlane::Impl& cp = impl_->cp;
+  // The last reference goes on the control thread, where the timers live.
+  cp.call([this] {
+    impl_->shutdown();
+    impl_.reset();
+  });
+}
+
+Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
+                                                        const TransportAddress& addr,
+                                                        const ConnectOptions& o) {
+  if (addr.transport != Transport::tcp) return Errc::unsupported;
+  if (o.subnqn.empty() || o.admin_queue_depth < 2 || o.admin_queue_depth > tcp::kMaxQueueDepth ||
+      o.io_queue_depth == 0 || o.io_queue_depth > tcp::kMaxQueueDepth || o.max_io_queues == 0)
+    return Errc::invalid_argument;
+  ConnectOptions opts = o;
+  if (opts.hostid == std::array<uint8_t, 16>{}) opts.hostid = process_hostid();
+  if (opts.hostnqn.empty()) opts.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:" + uuid_string(opts.hostid);
+
+  ControlPlane::Impl& cp = plane.impl();
+  tcp::QpConfig qc;
+  qc.traddr = addr.traddr;
+  qc.trsvcid = addr.trsvcid;
+  qc.host_iface = addr.host_iface;
+  qc.qid = 0;
+  qc.depth = opts.admin_queue_depth;
+  qc.kato_ms = opts.kato_ms;
+  qc.cntlid = tcp::kAdminCntlid;
+  qc.subnqn = opts.subnqn;
+  qc.hostnqn = opts.hostnqn;
+  qc.hostid = opts.hostid;
+  qc.digest = opts.digest;
+  qc.recv_buffer = 64u << 10;
+  qc.connect_timeout = opts.connect_timeout;
+  auto qp = tcp::QueuePair::connect(*cp.reactor, qc);
+  if (!qp) return qp.error();
+
+  auto impl = std::make_shared<Impl>(cp, addr, opts);
+  impl->label = (*qp)->label();
+  impl->cntlid = (*qp)->session().cntlid;
+  cp.call([&] {
+    (*qp)->set_listener(impl.get());
+    (*qp)->start();
+    impl->admin_qp = std::move(*qp);
+    impl->live.store(true);
+  });
+  auto give_up = [&](std::error_code ec, const std::string& why) -> std::error_code {
+    if (!why.empty()) std::fprintf(stderr, "nvmeof: %s: %s\n", impl->label.c_str(), why.c_str());
+    cp.call([&] { impl->shutdown(); });
+    return ec;
+  };
+  auto status_error = [&](const char* what, NvmeStatus st) {
+    return give_up(make_error_code(st), std::string(what) + ": " + to_string(st));
+  };
+
+  Sqe c;
+  prep_property_get(c, prop::kCap, true);
+  auto r = impl->execute(c, nullptr, 0);
+  if (!r) return give_up(r.error(), "Property Get CAP: " + r.error().message());
+  if (!r->status.is_success()) return status_error("Property Get CAP", r->status);
+  impl->cap = r->dw0 | (static_cast<uint64_t>(r->dw1) << 32);
+
+  prep_property_set(c, prop::kCc, kCcEnable | kCcIosqes | kCcIocqes, false);
+  r = impl->execute(c, nullptr, 0);
+  if (!r) return give_up(r.error(), "Property Set CC: " + r.error().message());
+  if (!r->status.is_success()) return status_error("Property Set CC", r->status);
+
+  // CAP.TO is in 500 ms units.
+  const auto ready_within = std::chrono::milliseconds(std::max<uint64_t>((impl->cap >> 24) & 0xff, 1) * 500);
+  const auto ready_deadline = std::chrono::steady_clock::now() + ready_within;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    prep_property_get(c, prop::kCsts, false);
+    r = impl->execute(c, nullptr, 0);
+    if (!r) return give_up(r.error(), "Property Get CSTS: " + r.error().message());
+    if (!r->status.is_success()) return status_error("Property Get CSTS", r->status);
+    if (r->dw0 & kCstsCfs) return give_up(Errc::controller_fatal, "controller fatal status (CSTS.CFS)");
+    if (r->dw0 & kCstsRdy) break;
+    if (std::chrono::steady_clock::now() >= ready_deadline)
+      return give_up(Errc::controller_fatal, "controller not ready within CAP.TO");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+
+  prep_identify(c, cns::kController, 0);
+  auto id = impl->read_data(c, kIdentifyLen);
+  if (!id) return give_up(id.error(), "Identify Controller: " + id.error().message());
+  auto info = parse_identify_controller(*id);
+  if (!info) return give_up(info.error(), "Identify Controller: " + info.error().message());
+  impl->info = std::move(*info);
+
+  const bool discovery = impl->info.cntrltype == kCntrltypeDiscovery || opts.subnqn == kDiscoveryNqn;
+  if (!discovery) {
+    const uint32_t want = std::min<uint32_t>(opts.max_io_queues, 65535);
+    prep_set_features(c, feature::kNumberOfQueues, (want - 1) | ((want - 1) << 16));
+    r = impl->execute(c, nullptr, 0);
+    if (!r) return give_up(r.error(), "Set Features Number of Queues: " + r.error().message());
+    if (!r->status.is_success()) return status_error("Set Features Number of Queues", r->status);
+    const uint32_t nsqa = (r->dw0 & 0xffff) + 1;
+    const uint32_t ncqa = (r->dw0 >> 16) + 1;
+    impl->granted = std::min({want, nsqa, ncqa});
+    // Best effort: a controller without these events still works, it just never reports them.
+    prep_set_features(c, feature::kAsyncEventConfig, kAenNsAttrChanged | kAenAnaChange);
+    (void)impl->execute(c, nullptr, 0);
+  }
+  impl->qids = std::make_shared<QidPool>(impl->granted);
+  cp.call([&] {
+    impl->schedule_keep_alive();
+    impl->arm_aer();
+  });
+  return std::shared_ptr<Controller>(new Controller(std::move(impl)));
+}
+
+const ControllerInfo& Controller::info() const noexcept { return impl_->info; }
+const TransportAddress& Controller::address() const noexcept { return impl_->addr; }
+const ConnectOptions& Controller::options() const noexcept { return impl_->opts; }
+uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
+bool Controller::is_live() const noexcept { return impl_->live.load(); }
+
+Result<std::unique_ptr<QueuePair>> Controller::create_io_queue(Reactor& reactor, uint32_t depth) {
+  if (!impl_->live.load()) return Errc::not_connected;
+  const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
+  if (depth == 0) depth = impl_->opts.io_queue_depth;
+  depth = std::min({depth, mqes, tcp::kMaxQueueDepth});
+  const auto qid = impl_->qids->acquire();
+  if (!qid) return Errc::queue_full;
+  const ConnectOptions& o = impl_->opts;
+  tcp::QpConfig qc;
+  qc.traddr = impl_->addr.traddr;
+  qc.trsvcid = impl_->addr.trsvcid;
+  qc.host_iface = impl_->addr.host_iface;
+  qc.qid = *qid;
+  qc.depth = depth;
+  qc.cntlid = impl_->cntlid;
+  qc.subnqn = o.subnqn;
+  qc.hostnqn = o.hostnqn;
+  qc.hostid = o.hostid;
+  qc.digest = o.digest;
+  qc.in_capsule_data = impl_->info.in_capsule_data();
+  qc.max_transfer = impl_->info.max_transfer;
+  qc.connect_timeout = o.connect_timeout;
+  qc.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
+  auto qp = tcp::QueuePair::connect(reactor, qc);
+  if (!qp) {
+    impl_->qids->release(*qid);
+    return qp.error();
+  }
+  (*qp)->start();
+  return std::unique_ptr<QueuePair>(std::move(*qp));
+}
+
+Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) {
+  return impl_->execute(cmd, data, len);
+}
+
+Result<NamespaceInfo> Controller::identify_namespace(uint32_t nsid) {
+  Sqe c;
+  prep_identify(c, cns::kNamespace, nsid);
+  auto raw = impl_->read_data(c, kIdentifyLen);
+  if (!raw) return raw.error();
+  auto ns = parse_identify_namespace(*raw, nsid);
+  if (!ns) return ns.error();
+  prep_identify(c, cns::kNamespaceDescriptors, nsid);
+  auto desc = impl_->read_data(c, kIdentifyLen);
+  // Descriptors are optional (NVMe 1.3+); a controller without them still has NGUID/EUI64.
+  if (desc) {
+    if (auto p = parse_ns_descriptors(*desc, ns->id); !p) return p.error();
+  } else if (desc.error().category() != nvme_category()) {
+    return desc.error();
+  }
+  return ns;
+}
+
+Result<std::vector<uint32_t>> Controller::active_namespaces() {
+  std::vector<uint32_t> out;
+  uint32_t from = 0;
+  for (;;) {
+    Sqe c;
+    prep_identify(c, cns::kActiveNamespaceList, from);
+    auto raw = impl_->read_data(c, kIdentifyLen);
+    if (!raw) return raw.error();
+    size_t n = 0;
+    for (; n < kIdentifyLen / 4; ++n) {
+      uint32_t id;
+      std::memcpy(&id, raw->data() + n * 4, 4);
+      if (id == 0) break;
+      if (id <= from) return Errc::short_data;  // the list must ascend past `from`
+      out.push_back(id);
+    }
+    if (n < kIdentifyLen / 4) return out;
+    from = out.back();
+  }
+}
+
+Result<AnaLog> Controller::ana_log() {
+  auto hdr = impl_->get_log(log_page::kAna, kNsidAll, kAnaHeaderLen);
+  if (!hdr) return hdr.error();
+  uint16_t ngrps;
+  std::memcpy(&ngrps, hdr->data() + 8, sizeof ngrps);
+  // Each namespace sits in at most one group: NN bounds the NSID lists.
+  const uint64_t want = kAnaHeaderLen + uint64_t{ngrps} * kAnaGroupDescLen + uint64_t{impl_->info.nn} * 4;
+  auto full = impl_->get_log(log_page::kAna, kNsidAll,
+                             static_cast<uint32_t>(std::min<uint64_t>(want, kMaxLogLen)));
+  if (!full) return full.error();
+  return parse_ana_log(*full);
+}
+
+Result<DiscoveryLog> Controller::discovery_log() {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto hdr = impl_->get_log(log_page::kDiscovery, 0, kDiscoveryRecordLen);
+    if (!hdr) return hdr.error();
+    uint64_t genctr, numrec;
+    std::memcpy(&genctr, hdr->data(), 8);
+    std::memcpy(&numrec, hdr->data() + 8, 8);
+    numrec = std::min(numrec, kMaxDiscoveryRecords);
+    auto full = impl_->get_log(log_page::kDiscovery, 0,
+                               static_cast<uint32_t>((numrec + 1) * kDiscoveryRecordLen));
+    if (!full) return full.error();
+    uint64_t again;
+    std::memcpy(&again, full->data(), 8);
+    if (again != genctr) continue;  // the log changed between the two reads
+    // Tell the parser only about the records we fetched, should NUMREC exceed our cap.
+    std::memcpy(full->data() + 8, &numrec, 8);
+    return parse_discovery_log(*full);
+  }
+  return Errc::protocol_error;
+}
+
+Result<void> Controller::keep_alive() {
+  Sqe c;
+  prep_keep_alive(c);
+  auto r = impl_->execute(c, nullptr, 0);
+  if (!r) return r.error();
+  if (!r->status.is_success()) return make_error_code(r->status);
+  return {};
+}
+
+void Controller::on_async_event(std::function<void(uint32_t dw0)> fn) {
+  std::lock_guard lock(impl_->cb_mu);
+  impl_->on_aen = std::move(fn);
+}
+
+void Controller::on_failure(std::function<void(std::error_code)> fn) {
+  std::lock_guard lock(impl_->cb_mu);
+  impl_->on_fail = std::move(fn);
+}
+
+void Controller::disconnect() {
+  impl_->cp.call([this] { impl_->shutdown(); });
+}
+
+}  // namespace nvmeof

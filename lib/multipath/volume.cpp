@@ -1,0 +1,484 @@
+// The control side of a volume: opening paths, matching the namespace across them, ANA,
+// failure handling, fencing and reconnects. Runs on the volume's control thread (a Boost.Asio
+// io_context) and, for the blocking connects and admin reads, on a small connect pool, so that a
+// dead path never blocks the handling of another one.
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdio>
+#include <future>
+
+#include "multipath/volume_impl.hpp"
+
+namespace nvmeof {
+namespace detail {
+namespace {
+
+constexpr uint32_t kMaxPiecesPerIo = 1024;
+constexpr std::chrono::milliseconds kReconnectTimeout{500};
+constexpr std::chrono::milliseconds kAttachTimeout{3000};
+constexpr std::chrono::milliseconds kAnaPollPeriod{200};
+
+bool is_ana_change_notice(uint32_t dw0) noexcept {
+  const uint32_t type = dw0 & 0x7;
+  const uint32_t info = (dw0 >> 8) & 0xff;
+  return type == 0x2 && info == 0x03;  // notice, asymmetric namespace access change
+}
+
+}  // namespace
+
+VolumeImpl::VolumeImpl(const VolumeOptions& opts) : opts_(opts) {
+  selector_.store(opts.selector);
+  int i = 0;
+  for (const auto& a : opts.paths) {
+    auto sp = std::make_unique<SharedPath>();
+    sp->index = i++;
+    sp->addr = a;
+    sp->backoff = opts.reconnect_min;
+    paths_.push_back(std::move(sp));
+  }
+}
+
+VolumeImpl::~VolumeImpl() { shutdown(); }
+
+uint64_t VolumeImpl::no_path_timeout_ns() const noexcept {
+  return static_cast<uint64_t>(opts_.no_path_timeout.count()) * 1'000'000ull;
+}
+
+Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds timeout) {
+  ConnectOptions co = opts_.connect;
+  co.connect_timeout = std::min(co.connect_timeout, timeout);
+  auto c = Controller::connect(cp_, sp.addr, co);
+  if (!c) return c.error();
+  std::shared_ptr<Controller> ctrl = *c;
+
+  // The namespace is matched by its identifiers, never by NSID alone.
+  uint32_t nsid = 0;
+  NamespaceInfo info;
+  if (!have_ns_) {
+    auto ni = ctrl->identify_namespace(opts_.nsid);
+    if (!ni) return ni.error();
+    if (ni->size_blocks == 0) return Errc::invalid_argument;  // not an active namespace
+    info = *ni;
+    nsid = opts_.nsid;
+  } else {
+    auto try_nsid = [&](uint32_t id) {
+      auto ni = ctrl->identify_namespace(id);
+      if (ni && ni->size_blocks && ni->id.same_namespace_as(ns_.id)) {
+        info = *ni;
+        nsid = id;
+      }
+    };
+    try_nsid(sp.nsid ? sp.nsid : ns_.nsid);
+    if (!nsid) {
+      auto list = ctrl->active_namespaces();
+      if (list)
+        for (uint32_t id : *list) {
+          try_nsid(id);
+          if (nsid) break;
+        }
+    }
+    if (!nsid) return Errc::namespace_mismatch;
+  }
+
+  AnaState ana = AnaState::optimized;
+  if (ctrl->info().anacap != 0 || ctrl->info().cmic & 0x8) {
+    if (auto log = ctrl->ana_log(); log) {
+      if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
+    }
+  }
+  const uint16_t cqt = ctrl->info().cqt_ms;
+  uint64_t fence_ms = cqt;
+  if (fence_ms == 0)
+    fence_ms = opts_.fence_bound.count() > 0 ? static_cast<uint64_t>(opts_.fence_bound.count())
+                                             : opts_.connect.kato_ms;
+  if (!have_ns_) {
+    ns_ = info;
+    have_ns_ = true;
+  }
+  sp.nsid = nsid;
+  sp.cqt_ms = cqt;
+  sp.crdt_100ms = ctrl->info().crdt_100ms;
+  sp.fence_ns.store(fence_ms * 1'000'000ull);
+  sp.anagrpid.store(info.anagrpid);
+  sp.ana.store(ana);
+  sp.ctrl = std::move(ctrl);
+  return {};
+}
+
+Result<void> VolumeImpl::open() {
+  if (paths_.empty() || opts_.connect.subnqn.empty() || opts_.reactors == 0)
+    return Errc::invalid_argument;
+  open_ns_ = Reactor::clock_ns();
+  ctl_thread_ = std::thread([this] { ctx_.run(); });
+
+  std::error_code first_error;
+  bool any = false;
+  for (auto& sp : paths_) {
+    auto r = connect_path(*sp, opts_.connect.connect_timeout);
+    if (!r) {
+      if (r.error() == make_error_code(Errc::namespace_mismatch)) return r.error();
+      if (!first_error) first_error = r.error();
+      std::fprintf(stderr, "nvmeof: path %s: %s (will retry)\n", sp->addr.to_string().c_str(),
+                   r.error().message().c_str());
+      continue;
+    }
+    sp->state.store(PathState::live, std::memory_order_release);
+    any = true;
+  }
+  if (!any) return first_error;
+
+  uint32_t max_transfer = 1u << 20;
+  for (auto& sp : paths_)
+    if (sp->ctrl && sp->ctrl->info().max_transfer) max_transfer = std::min(max_transfer, sp->ctrl->info().max_transfer);
+  max_blocks_per_cmd_ = std::clamp<uint32_t>(max_transfer / ns_.block_size, 1, 65536);
+
+  for (unsigned i = 0; i < opts_.reactors; ++i) lanes_.push_back(std::make_unique<Lane>(*this, static_cast<int>(i)));
+  for (auto& l : lanes_)
+    if (auto r = l->start(); !r) return r.error();
+
+  for (auto& sp : paths_) {
+    if (sp->state.load() == PathState::live) watch_controller(sp->index);
+    else boost::asio::post(ctx_, [this, i = sp->index] { schedule_reconnect(i, opts_.reconnect_min); });
+  }
+  // Keep polling ANA while a path is in a state that should not last (change, inaccessible):
+  // an event may be lost when two changes come faster than the AER is re-armed.
+  boost::asio::post(ctx_, [this] { ana_poll(); });
+  accepting_.store(true, std::memory_order_release);
+  return {};
+}
+
+void VolumeImpl::ana_poll() {
+  if (stopping_.load()) return;
+  bool unsettled = false;
+  for (auto& sp : paths_) {
+    const AnaState a = sp->ana.load();
+    unsettled |= sp->state.load() == PathState::live && a != AnaState::optimized && a != AnaState::non_optimized;
+  }
+  if (unsettled) request_ana_refresh();
+  auto t = std::make_shared<boost::asio::steady_timer>(ctx_, kAnaPollPeriod);
+  t->async_wait([this, t](const boost::system::error_code& ec) {
+    if (!ec) ana_poll();
+  });
+}
+
+void VolumeImpl::watch_controller(int path) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  const uint32_t gen = sp.generation.load();
+  sp.ctrl->on_async_event([this](uint32_t dw0) {
+    if (is_ana_change_notice(dw0)) request_ana_refresh();
+  });
+  sp.ctrl->on_failure([this, path, gen](std::error_code ec) {
+    report_path_failure(path, gen, "admin queue: " + ec.message(), Reactor::clock_ns());
+  });
+}
+
+void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, uint64_t detect_ns) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  {
+    std::lock_guard lock(timeline_mu_);
+    if (sp.generation.load() != generation || sp.reported_generation == generation ||
+        sp.state.load() != PathState::live)
+      return;
+    sp.reported_generation = generation;
+    FailoverEvent e;
+    e.path = path;
+    e.cause = cause;
+    e.detect_ns = detect_ns;
+    timeline_.push_back(std::move(e));
+    sp.event.store(static_cast<int>(timeline_.size() - 1));
+  }
+  boost::asio::post(ctx_, [this, path, generation, cause = std::move(cause), detect_ns] {
+    on_path_failed(path, generation, cause, detect_ns);
+  });
+}
+
+void VolumeImpl::on_path_failed(int path, uint32_t generation, const std::string& cause, uint64_t detect_ns) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  if (stopping_.load() || sp.generation.load() != generation) return;
+  sp.state.store(PathState::failed, std::memory_order_release);
+  sp.failovers.fetch_add(1);
+  std::fprintf(stderr, "nvmeof: path %s failed: %s\n", sp.addr.to_string().c_str(), cause.c_str());
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    lane->post([lane, path] { lane->close_path(path, Reactor::clock_ns()); });
+  }
+  if (auto ctrl = sp.ctrl) boost::asio::post(pool_, [ctrl] { ctrl->disconnect(); });
+  // Fenced once the connection is down and the quiesce time has passed: from then on nothing
+  // sent on this path can still execute, and a reconnect cannot resurrect old commands.
+  const uint64_t now = Reactor::clock_ns();
+  const uint64_t fence_at = detect_ns + sp.fence_ns.load();
+  auto t = std::make_shared<boost::asio::steady_timer>(
+      ctx_, std::chrono::nanoseconds(fence_at > now ? fence_at - now : 0));
+  t->async_wait([this, t, path, generation](const boost::system::error_code& ec) {
+    auto& s = *paths_[static_cast<size_t>(path)];
+    if (ec || stopping_.load() || s.generation.load() != generation) return;
+    s.state.store(PathState::fenced, std::memory_order_release);
+    {
+      std::lock_guard lock(timeline_mu_);
+      const int e = s.event.load();
+      if (e >= 0) {
+        auto& ev = timeline_[static_cast<size_t>(e)];
+        ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
+      }
+    }
+    s.backoff = opts_.reconnect_min;
+    schedule_reconnect(path, std::chrono::milliseconds(0));
+  });
+}
+
+void VolumeImpl::schedule_reconnect(int path, std::chrono::milliseconds delay) {
+  if (stopping_.load()) return;
+  auto t = std::make_shared<boost::asio::steady_timer>(ctx_, delay);
+  t->async_wait([this, t, path](const boost::system::error_code& ec) {
+    auto& sp = *paths_[static_cast<size_t>(path)];
+    if (ec || stopping_.load() || sp.connect_in_progress) return;
+    sp.connect_in_progress = true;
+    boost::asio::post(pool_, [this, path] { try_connect(path); });
+  });
+}
+
+void VolumeImpl::try_connect(int path) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  if (stopping_.load()) return;
+  const uint32_t next_gen = sp.generation.load() + 1;
+  auto r = connect_path(sp, kReconnectTimeout);
+  if (r) {
+    std::vector<std::future<std::error_code>> attached;
+    for (auto& l : lanes_) {
+      auto pr = std::make_shared<std::promise<std::error_code>>();
+      attached.push_back(pr->get_future());
+      Lane* lane = l.get();
+      lane->post([lane, pr, path, next_gen] { pr->set_value(lane->attach_path(path, next_gen).error()); });
+    }
+    for (auto& f : attached) {
+      if (f.wait_for(kAttachTimeout) != std::future_status::ready) {
+        r = Errc::timeout;
+        break;
+      }
+      if (auto ec = f.get(); ec && r) r = ec;
+    }
+  }
+  boost::asio::post(ctx_, [this, path, ok = r.has_value()] {
+    auto& s = *paths_[static_cast<size_t>(path)];
+    s.connect_in_progress = false;
+    if (stopping_.load()) return;
+    if (ok) {
+      apply_connected(path);
+      return;
+    }
+    s.backoff = std::min(opts_.reconnect_max, std::max(opts_.reconnect_min, s.backoff * 2));
+    schedule_reconnect(path, s.backoff);
+  });
+}
+
+void VolumeImpl::apply_connected(int path) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  sp.generation.fetch_add(1);
+  sp.state.store(PathState::live, std::memory_order_release);
+  sp.reconnects.fetch_add(1);
+  sp.backoff = opts_.reconnect_min;
+  {
+    std::lock_guard lock(timeline_mu_);
+    const int e = sp.event.load();
+    if (e >= 0) {
+      auto& ev = timeline_[static_cast<size_t>(e)];
+      ev.reconnected_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
+    }
+    sp.event.store(-1);
+  }
+  std::fprintf(stderr, "nvmeof: path %s reconnected (%s)\n", sp.addr.to_string().c_str(), to_string(sp.ana.load()));
+  watch_controller(path);
+}
+
+void VolumeImpl::request_ana_refresh() {
+  if (ana_refresh_pending_.exchange(true)) return;
+  boost::asio::post(pool_, [this] { refresh_ana_now(); });
+}
+
+void VolumeImpl::refresh_ana_now() {
+  ana_refresh_pending_.store(false);
+  if (stopping_.load()) return;
+  for (auto& sp : paths_) {
+    if (sp->state.load() != PathState::live) continue;
+    auto ctrl = sp->ctrl;  // a reconnect replaces it only while the path is not live
+    if (!ctrl) continue;
+    auto log = ctrl->ana_log();
+    if (!log) continue;  // a failing path reports itself through its queues
+    const AnaGroup* g = log->group(sp->anagrpid.load());
+    if (!g) continue;
+    const AnaState old = sp->ana.exchange(g->state);
+    if (old == g->state) continue;
+    // A path leaving the usable tiers is a failover of its own kind: record it so that the moved
+    // I/O stamps its timeline; coming back closes it.
+    std::lock_guard lock(timeline_mu_);
+    const uint64_t now = Reactor::clock_ns();
+    if (ana_tier(old) >= 0 && ana_tier(g->state) < 0 && sp->event.load() < 0) {
+      FailoverEvent e;
+      e.path = sp->index;
+      e.cause = std::string("ana ") + to_string(g->state);
+      e.detect_ns = now;
+      e.fenced_us = 0;  // the controller answered: nothing is left running on the path
+      timeline_.push_back(std::move(e));
+      sp->event.store(static_cast<int>(timeline_.size() - 1));
+    } else if (ana_tier(g->state) >= 0 && sp->event.load() >= 0 && sp->state.load() == PathState::live) {
+      auto& ev = timeline_[static_cast<size_t>(sp->event.load())];
+      ev.reconnected_us = static_cast<int64_t>((now - ev.detect_ns) / 1000);
+      sp->event.store(-1);
+    }
+  }
+}
+
+void VolumeImpl::shutdown() {
+  if (stopping_.exchange(true)) return;
+  accepting_.store(false);
+  // In-flight I/O finishes first (bounded: a lane gives up after its own drain timeout).
+  const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
+  for (;;) {
+    uint64_t n = 0;
+    for (auto& l : lanes_) n += l->inflight_total();
+    if (n == 0 || Reactor::clock_ns() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pool_.join();
+  work_.reset();
+  ctx_.stop();
+  if (ctl_thread_.joinable()) ctl_thread_.join();
+  for (auto& l : lanes_) l->stop();
+  lanes_.clear();
+  for (auto& sp : paths_) {
+    if (sp->ctrl) sp->ctrl->disconnect();
+    sp->ctrl.reset();
+  }
+}
+
+Lane* VolumeImpl::lane_for_submit() noexcept {
+  for (auto& l : lanes_)
+    if (l->on_lane_thread()) return l.get();
+  return nullptr;
+}
+
+}  // namespace detail
+
+// ---- public API -------------------------------------------------------------------------------
+
+Volume::Volume(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Volume::~Volume() { impl_->shutdown(); }
+
+Result<std::unique_ptr<Volume>> Volume::open(const VolumeOptions& opts) {
+  auto impl = std::make_unique<Impl>(opts);
+  if (auto r = impl->open(); !r) {
+    impl->shutdown();
+    return r.error();
+  }
+  return std::unique_ptr<Volume>(new Volume(std::move(impl)));
+}
+
+Result<std::unique_ptr<Volume>> Volume::open_discovered(const TransportAddress& discovery, VolumeOptions opts) {
+  ControlPlane cp;
+  ConnectOptions co = opts.connect;
+  co.subnqn = kDiscoveryNqn;
+  co.kato_ms = 0;
+  auto ctrl = Controller::connect(cp, discovery, co);
+  if (!ctrl) return ctrl.error();
+  auto log = (*ctrl)->discovery_log();
+  (*ctrl)->disconnect();
+  if (!log) return log.error();
+  opts.paths.clear();
+  for (const auto& e : log->entries) {
+    if (e.subnqn != opts.connect.subnqn || e.trtype != 3) continue;  // TCP entries of our subsystem
+    TransportAddress a;
+    a.traddr = e.traddr;
+    a.trsvcid = e.trsvcid;
+    opts.paths.push_back(a);
+  }
+  if (opts.paths.empty()) return Errc::no_path;
+  return open(opts);
+}
+
+const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_; }
+uint32_t Volume::block_size() const noexcept { return impl_->ns_.block_size; }
+uint64_t Volume::size_blocks() const noexcept { return impl_->ns_.size_blocks; }
+
+int Volume::submit(VolumeIo& io) noexcept {
+  auto& v = *impl_;
+  if (!io.done || !v.accepting_.load(std::memory_order_acquire)) return -EINVAL;
+  switch (io.op) {
+    case IoOp::read:
+    case IoOp::write:
+    case IoOp::write_zeroes:
+      if (io.nlb == 0 || io.slba >= v.ns_.size_blocks || io.nlb > v.ns_.size_blocks - io.slba) return -EINVAL;
+      if (io.op != IoOp::write_zeroes && (!io.buf || (io.nlb + v.max_blocks_per_cmd_ - 1) / v.max_blocks_per_cmd_ > detail::kMaxPiecesPerIo))
+        return -EINVAL;
+      break;
+    case IoOp::dsm:
+      if (io.nlb == 0 || io.nlb > 256 || !io.buf) return -EINVAL;
+      break;
+    case IoOp::flush:
+      break;
+  }
+  if (detail::Lane* own = v.lane_for_submit()) {
+    own->start_io(io);
+    return 0;
+  }
+  const uint32_t i = v.next_lane_.fetch_add(1, std::memory_order_relaxed) % static_cast<uint32_t>(v.lanes_.size());
+  return v.lanes_[i]->enqueue(&io) ? 0 : -EAGAIN;
+}
+
+void Volume::set_selector(SelectorKind k) noexcept { impl_->selector_.store(k, std::memory_order_relaxed); }
+
+unsigned Volume::usable_paths() const noexcept {
+  unsigned n = 0;
+  for (auto& sp : impl_->paths_) {
+    const int tier = detail::ana_tier(sp->ana.load(std::memory_order_relaxed));
+    n += sp->state.load(std::memory_order_relaxed) == PathState::live && tier >= 0;
+  }
+  return n;
+}
+
+namespace {
+void resume_awaiter(VolumeIo& io, NvmeStatus st) noexcept {
+  auto* aw = static_cast<Volume::Awaitable*>(io.user);
+  aw->status = st;
+  aw->handle.resume();
+}
+}  // namespace
+
+bool Volume::Awaitable::await_suspend(std::coroutine_handle<> h) noexcept {
+  handle = h;
+  io.done = &resume_awaiter;
+  io.user = this;
+  rc = vol->submit(io);
+  return rc == 0;
+}
+
+NvmeStatus Volume::Awaitable::await_resume() const noexcept {
+  return rc == 0 ? status : status::kInvalidField;
+}
+
+namespace {
+Volume::Awaitable make_awaitable(Volume* v, IoOp op, void* buf, uint64_t slba, uint32_t nlb) noexcept {
+  Volume::Awaitable a{v, {}, {}, {}, 0};
+  a.io.op = op;
+  a.io.buf = buf;
+  a.io.slba = slba;
+  a.io.nlb = nlb;
+  return a;
+}
+}  // namespace
+
+Volume::Awaitable Volume::read(void* buf, uint64_t slba, uint32_t nlb) noexcept {
+  return make_awaitable(this, IoOp::read, buf, slba, nlb);
+}
+Volume::Awaitable Volume::write(const void* buf, uint64_t slba, uint32_t nlb) noexcept {
+  return make_awaitable(this, IoOp::write, const_cast<void*>(buf), slba, nlb);
+}
+Volume::Awaitable Volume::flush() noexcept { return make_awaitable(this, IoOp::flush, nullptr, 0, 0); }
+Volume::Awaitable Volume::write_zeroes(uint64_t slba, uint32_t nlb) noexcept {
+  return make_awaitable(this, IoOp::write_zeroes, nullptr, slba, nlb);
+}
+Volume::Awaitable Volume::dsm(DsmRange* ranges, uint32_t nr) noexcept {
+  return make_awaitable(this, IoOp::dsm, ranges, 0, nr);
+}
+
+}  // namespace nvmeof

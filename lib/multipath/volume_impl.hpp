@@ -1,0 +1,237 @@
+// Internals of Volume: the paths as the control thread keeps them, and the lanes (one per
+// reactor thread) that run the data plane.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/histogram.hpp"
+#include "core/mpsc_ring.hpp"
+#include "multipath/path_selector.hpp"
+#include "nvmeof/controller.hpp"
+#include "nvmeof/queue_pair.hpp"
+#include "nvmeof/reactor.hpp"
+#include "nvmeof/volume.hpp"
+
+namespace nvmeof::detail {
+
+/// One path as the whole volume sees it.
+///
+/// Threading: `state`, `ana`, `generation`, `fence_ns` and `event` are written by the control
+/// thread only and read by the lanes with relaxed loads. A stale read is safe: an I/O sent to a
+/// path that just failed or turned inaccessible comes back with a transport or path status and
+/// is retried by the decision table; a lane never uses a queue pair from an older generation.
+/// The other fields belong to the control thread.
+struct SharedPath {
+  int index = 0;
+  TransportAddress addr;
+  std::atomic<PathState> state{PathState::connecting};
+  std::atomic<AnaState> ana{AnaState::optimized};
+  std::atomic<uint32_t> generation{0};
+  std::atomic<uint64_t> fence_ns{0};     ///< CQT (or the configured bound) in ns
+  std::atomic<int> event{-1};            ///< timeline index of the open failover, -1 none
+  std::atomic<uint32_t> anagrpid{0};
+  // -- control thread only --
+  std::shared_ptr<Controller> ctrl;
+  uint32_t nsid = 0;
+  uint16_t cqt_ms = 0;
+  std::array<uint16_t, 3> crdt_100ms{};
+  std::chrono::milliseconds backoff{0};
+  bool connect_in_progress = false;
+  uint32_t reported_generation = UINT32_MAX;  // guarded by VolumeImpl::timeline_mu_
+  std::atomic<uint64_t> failovers{0};
+  std::atomic<uint64_t> reconnects{0};
+};
+
+class VolumeImpl;
+
+/// One in-flight piece of a VolumeIo on one path.
+struct Attempt {
+  IoRequest req;             // req.user points back here
+  VolumeIo* io = nullptr;
+  uint64_t slba = 0;
+  uint32_t nlb = 0;
+  uint32_t byte_off = 0;
+  uint32_t bytes = 0;        // data bytes this piece moves
+  int path = -1;             // where it is (or was last) submitted
+  uint32_t generation = 0;
+  uint64_t issue_ns = 0;
+  uint64_t release_ns = 0;   // fence / CRD / no-path deadline, per list
+  uint32_t attempts = 0;     // submissions made so far
+  int event = -1;            // failover this piece was moved by
+  int exclude = -1;          // path to avoid on the next issue
+  Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
+  Attempt* next = nullptr;
+};
+
+/// Doubly linked FIFO of attempts (in-flight per path, or waiting).
+struct AttemptList {
+  Attempt* head = nullptr;
+  Attempt* tail = nullptr;
+  uint32_t size = 0;
+  void push_back(Attempt* a) noexcept;
+  void remove(Attempt* a) noexcept;
+  Attempt* pop_front() noexcept;
+  bool empty() const noexcept { return head == nullptr; }
+};
+
+/// A lane's view of one path. Counters are written by the lane only (relaxed stores) and read
+/// by stats() from another thread: a torn snapshot across counters is acceptable for stats.
+struct LanePath {
+  std::unique_ptr<QueuePair> qp;
+  uint32_t generation = 0;
+  AttemptList inflight;
+  uint64_t outstanding_bytes = 0;
+  double latency_ns = 0;     // EWMA of completion latency
+  double bytes_per_ns = 0;   // EWMA of delivered bandwidth
+  uint64_t teardown_ns = 0;  // when this lane's connection was torn down
+  uint64_t last_completion_ns = 0;
+  int stamped_resubmit = -1; // failover events whose timeline this lane already stamped
+  int stamped_success = -1;
+  std::atomic<uint64_t> ios{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> retries{0};
+  LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
+};
+
+class Lane final : public QueuePairListener {
+ public:
+  Lane(VolumeImpl& vol, int index);
+  ~Lane();
+  /// Starts the thread, creates the reactor and a queue pair for every live path. Blocks until
+  /// that is done. Errors: the reactor's creation error.
+  Result<void> start();
+  void stop();
+
+  /// Any thread. False when the ring is full.
+  bool enqueue(VolumeIo* io) noexcept;
+  /// Lane thread only.
+  void start_io(VolumeIo& io) noexcept;
+  bool on_lane_thread() const noexcept;
+
+  // Messages from the control thread (run on the lane thread through Reactor::post).
+  void post(std::function<void()> fn);
+  /// Connects a queue pair for `path` on this lane's thread (blocking set-up), for `generation`.
+  Result<void> attach_path(int path, uint32_t generation);
+  void close_path(int path, uint64_t now_ns);
+
+  struct Snapshot {
+    std::vector<LatencyHistogram> latency;
+    std::vector<uint32_t> outstanding;
+    uint64_t waiting = 0;
+  };
+  Snapshot snapshot();
+  uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
+  LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
+
+  void on_queue_failed(QueuePair& qp, std::error_code why) noexcept override;
+
+ private:
+  void run();
+  static int poll_hook(void* self) noexcept;
+  int turn() noexcept;
+  static void on_complete(IoRequest& req, const Cqe& cqe) noexcept;
+  void handle_completion(Attempt& a, const Cqe& cqe) noexcept;
+  void launch(VolumeIo& io) noexcept;
+  void issue(Attempt& a) noexcept;
+  void finish_piece(Attempt& a, NvmeStatus st) noexcept;
+  void fail_path_here(int p, const std::string& cause) noexcept;
+  bool fill_command(Attempt& a, int p) noexcept;
+  void refresh_views() noexcept;
+  uint64_t deadline_ns(const LanePath& lp) const noexcept;
+  Attempt* alloc_attempt() noexcept;
+  void free_attempt(Attempt* a) noexcept;
+  void stamp_event(int p, int event, bool success, IoOp op) noexcept;
+  uint32_t blocks_per_piece(const VolumeIo& io) const noexcept;
+  uint32_t pieces_of(const VolumeIo& io) const noexcept;
+  bool has_free(uint32_t n) const noexcept;
+
+  VolumeImpl& vol_;
+  int index_;
+  std::thread thread_;
+  std::unique_ptr<Reactor> reactor_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> ready_{false};
+  MpscRing<VolumeIo> ring_{4096};
+  std::vector<std::unique_ptr<LanePath>> paths_;
+  std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O
+  std::vector<PathView> views_;
+  SelectorState selector_state_;
+  std::vector<Attempt> attempts_;
+  Attempt* free_ = nullptr;
+  VolumeIo* backlog_head_ = nullptr;
+  VolumeIo* backlog_tail_ = nullptr;
+  AttemptList waiting_;        // no usable path
+  AttemptList fenced_;         // writes waiting for their old path's fence
+  AttemptList delayed_;        // CRD delay or queue full
+  std::atomic<uint64_t> inflight_total_{0};
+  std::atomic<uint64_t> waiting_count_{0};
+};
+
+class VolumeImpl {
+ public:
+  explicit VolumeImpl(const VolumeOptions& opts);
+  ~VolumeImpl();
+
+  Result<void> open();
+  void shutdown();
+
+  // Control-thread events (any thread may call; they post to the control context).
+  void report_path_failure(int path, uint32_t generation, std::string cause, uint64_t detect_ns);
+  void request_ana_refresh();
+
+  uint32_t attempts_per_io() const noexcept { return opts_.max_attempts; }
+  uint64_t no_path_timeout_ns() const noexcept;
+  Lane* lane_for_submit() noexcept;
+
+  VolumeOptions opts_;
+  ControlPlane cp_;
+  NamespaceInfo ns_;
+  bool have_ns_ = false;
+  uint32_t max_blocks_per_cmd_ = 0;
+  std::vector<std::unique_ptr<SharedPath>> paths_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<SelectorKind> selector_{SelectorKind::service_time};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<bool> accepting_{false};
+  std::atomic<uint32_t> next_lane_{0};
+  uint64_t open_ns_ = 0;
+
+  mutable std::mutex timeline_mu_;  // guards timeline_ (rare: once per failover per lane)
+  std::vector<FailoverEvent> timeline_;
+
+ private:
+  void on_path_failed(int path, uint32_t generation, const std::string& cause, uint64_t detect_ns);
+  void schedule_reconnect(int path, std::chrono::milliseconds delay);
+  void try_connect(int path);  // on the connect pool
+  Result<void> connect_path(SharedPath& sp, std::chrono::milliseconds timeout);
+  void apply_connected(int path);
+  void refresh_ana_now();
+  void ana_poll();
+  void watch_controller(int path);
+
+  boost::asio::io_context ctx_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{ctx_.get_executor()};
+  std::thread ctl_thread_;
+  boost::asio::thread_pool pool_{2};
+  std::atomic<bool> ana_refresh_pending_{false};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace nvmeof::detail
+
+namespace nvmeof {
+struct Volume::Impl : detail::VolumeImpl {
+  using detail::VolumeImpl::VolumeImpl;
+};
+}  // namespace nvmeof

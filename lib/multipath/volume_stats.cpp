@@ -1,0 +1,147 @@
+// Volume::stats and its text and JSON forms (snake_case keys, arrays always arrays, enums as
+// lower-case words).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "multipath/volume_impl.hpp"
+
+namespace nvmeof {
+
+const char* to_string(SelectorKind k) noexcept {
+  switch (k) {
+    case SelectorKind::round_robin: return "round-robin";
+    case SelectorKind::queue_depth: return "queue-depth";
+    case SelectorKind::numa: return "numa";
+    case SelectorKind::service_time: return "service-time";
+  }
+  return "unknown";
+}
+
+Result<SelectorKind> parse_selector(std::string_view s) {
+  for (auto k : {SelectorKind::round_robin, SelectorKind::queue_depth, SelectorKind::numa, SelectorKind::service_time}) {
+    std::string name = to_string(k);
+    std::string under = name;
+    for (auto& c : under)
+      if (c == '-') c = '_';
+    if (s == name || s == under) return k;
+  }
+  return Errc::invalid_argument;
+}
+
+const char* to_string(PathState s) noexcept {
+  switch (s) {
+    case PathState::connecting: return "connecting";
+    case PathState::live: return "live";
+    case PathState::failed: return "failed";
+    case PathState::fenced: return "fenced";
+  }
+  return "unknown";
+}
+
+VolumeStats Volume::stats() const {
+  auto& v = *impl_;
+  VolumeStats s;
+  s.ns = v.ns_;
+  s.selector = v.selector_.load();
+  s.completed = v.completed_.load();
+  s.failed = v.failed_.load();
+  const double secs = static_cast<double>(Reactor::clock_ns() - v.open_ns_) / 1e9;
+  std::vector<detail::Lane::Snapshot> snaps;
+  for (auto& l : v.lanes_) snaps.push_back(l->snapshot());
+  for (size_t p = 0; p < v.paths_.size(); ++p) {
+    const auto& sp = *v.paths_[p];
+    PathStats ps;
+    ps.index = static_cast<int>(p);
+    ps.address = sp.addr.to_string();
+    ps.state = sp.state.load();
+    ps.ana_state = sp.ana.load();
+    ps.ana_group = sp.anagrpid.load();
+    ps.failovers = sp.failovers.load();
+    ps.reconnects = sp.reconnects.load();
+    ps.cqt_ms = sp.cqt_ms;
+    LatencyHistogram h;
+    for (size_t l = 0; l < v.lanes_.size(); ++l) {
+      auto& lp = v.lanes_[l]->path(static_cast<int>(p));
+      ps.ios += lp.ios.load(std::memory_order_relaxed);
+      ps.bytes += lp.bytes.load(std::memory_order_relaxed);
+      ps.errors += lp.errors.load(std::memory_order_relaxed);
+      ps.retries += lp.retries.load(std::memory_order_relaxed);
+      h.merge(snaps[l].latency[p]);
+      ps.outstanding += snaps[l].outstanding[p];
+    }
+    ps.iops = secs > 0 ? static_cast<double>(ps.ios) / secs : 0;
+    ps.latency.p50_us = static_cast<double>(h.percentile(50)) / 1e3;
+    ps.latency.p99_us = static_cast<double>(h.percentile(99)) / 1e3;
+    ps.latency.p999_us = static_cast<double>(h.percentile(99.9)) / 1e3;
+    ps.latency.max_us = static_cast<double>(h.max()) / 1e3;
+    ps.latency.mean_us = h.mean() / 1e3;
+    s.paths.push_back(std::move(ps));
+  }
+  for (auto& sn : snaps) s.waiting += sn.waiting;
+  std::lock_guard lock(v.timeline_mu_);
+  s.timeline = v.timeline_;
+  return s;
+}
+
+std::string to_json(const VolumeStats& s) {
+  using nlohmann::json;
+  json j;
+  j["namespace"] = {{"nsid", s.ns.nsid}, {"id", s.ns.id.to_string()}, {"block_size", s.ns.block_size},
+                    {"size_blocks", s.ns.size_blocks}};
+  j["selector"] = to_string(s.selector);
+  j["completed"] = s.completed;
+  j["failed"] = s.failed;
+  j["waiting"] = s.waiting;
+  j["paths"] = json::array();
+  for (const auto& p : s.paths) {
+    j["paths"].push_back({{"index", p.index}, {"address", p.address}, {"state", to_string(p.state)},
+                          {"ana_state", to_string(p.ana_state)}, {"ana_group", p.ana_group},
+                          {"outstanding", p.outstanding}, {"ios", p.ios}, {"bytes", p.bytes},
+                          {"iops", p.iops},
+                          {"latency_us", {{"p50", p.latency.p50_us}, {"p99", p.latency.p99_us},
+                                          {"p99_9", p.latency.p999_us}, {"max", p.latency.max_us},
+                                          {"mean", p.latency.mean_us}}},
+                          {"errors", p.errors}, {"retries", p.retries}, {"failovers", p.failovers},
+                          {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms}});
+  }
+  j["timeline"] = json::array();
+  for (const auto& e : s.timeline) {
+    j["timeline"].push_back({{"path", e.path}, {"cause", e.cause}, {"detect_ns", e.detect_ns},
+                             {"fenced_us", e.fenced_us}, {"first_resubmit_us", e.first_resubmit_us},
+                             {"first_success_us", e.first_success_us}, {"reconnected_us", e.reconnected_us},
+                             {"reads_moved", e.reads_moved}, {"writes_moved", e.writes_moved}});
+  }
+  return j.dump(2);
+}
+
+std::string to_text(const VolumeStats& s) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "namespace %u (%s), %u-byte blocks, %llu blocks, selector %s\n",
+                s.ns.nsid, s.ns.id.to_string().c_str(), s.ns.block_size,
+                static_cast<unsigned long long>(s.ns.size_blocks), to_string(s.selector));
+  out += line;
+  for (const auto& p : s.paths) {
+    std::snprintf(line, sizeof line,
+                  "  path %d %-22s %-10s ana %-15s grp %u  ios %llu  iops %.0f  lat p50 %.1f us p99 %.1f us  "
+                  "err %llu retry %llu failover %llu reconnect %llu\n",
+                  p.index, p.address.c_str(), to_string(p.state), to_string(p.ana_state), p.ana_group,
+                  static_cast<unsigned long long>(p.ios), p.iops, p.latency.p50_us, p.latency.p99_us,
+                  static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
+                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
+    out += line;
+  }
+  for (const auto& e : s.timeline) {
+    std::snprintf(line, sizeof line,
+                  "  failover path %d: %s; fenced +%lld us, first resubmit +%lld us, first success +%lld us, "
+                  "reconnected +%lld us (%u reads, %u writes moved)\n",
+                  e.path, e.cause.c_str(), static_cast<long long>(e.fenced_us),
+                  static_cast<long long>(e.first_resubmit_us), static_cast<long long>(e.first_success_us),
+                  static_cast<long long>(e.reconnected_us), e.reads_moved, e.writes_moved);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace nvmeof

@@ -1,0 +1,83 @@
+#include "target/fabrics_connect.hpp"
+
+#include <nvme/types.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "target/clock.hpp"
+#include "target/controller.hpp"
+#include "target/subsystem.hpp"
+#include "target/target_core.hpp"
+
+namespace nvmeof::target {
+namespace {
+
+constexpr NvmeStatus kIncompatibleFormat = NvmeStatus::make(Sct::command_specific, 0x80, true);
+constexpr NvmeStatus kControllerBusy = NvmeStatus::make(Sct::command_specific, 0x81, true);
+// Byte offsets in the Connect SQE of the fields IPO may name.
+constexpr uint32_t kSqeQidOffset = 42;
+constexpr uint32_t kSqeSqsizeOffset = 44;
+constexpr uint32_t kCattrDisableSqFlowControl = 1u << 2;
+
+// Connect Invalid Parameters: DW0 bit 16 IATTR (1: in the connect data), bits 15:0 IPO.
+ConnectResult invalid(bool in_data, uint32_t offset) {
+  ConnectResult r;
+  r.status = status::kConnectInvalidParameters;
+  r.dw0 = (in_data ? 1u << 16 : 0u) | offset;
+  return r;
+}
+
+ConnectResult failed(NvmeStatus st) {
+  ConnectResult r;
+  r.status = st;
+  return r;
+}
+
+template <size_t N>
+std::string bounded(const char (&s)[N]) {
+  return std::string(s, ::strnlen(s, N));
+}
+
+}  // namespace
+
+ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
+                             std::span<const uint8_t> data, const std::shared_ptr<TcpConnection>& conn) {
+  const uint16_t recfmt = c.cdw10 & 0xffff;
+  const auto qid = static_cast<uint16_t>(c.cdw10 >> 16);
+  const uint32_t sqsize = c.cdw11 & 0xffff;
+  if (recfmt != 0) return failed(kIncompatibleFormat);
+  if (data.size() < sizeof(nvmf_connect_data)) return failed(status::kInvalidField);
+  nvmf_connect_data d;
+  std::memcpy(&d, data.data(), sizeof d);
+  const std::string subnqn = bounded(d.subsysnqn);
+  const std::string hostnqn = bounded(d.hostnqn);
+
+  Subsystem* subsys = core.subsystem(subnqn);
+  if (!subsys) return invalid(true, offsetof(nvmf_connect_data, subsysnqn));
+  if (sqsize == 0 || sqsize + 1 > core.opts.max_queue_depth) return invalid(false, kSqeSqsizeOffset);
+
+  ConnectResult r;
+  r.subsys = subsys;
+  r.qid = qid;
+  r.sq_entries = sqsize + 1;
+  r.sq_flow_control = ((c.cdw11 >> 16) & kCattrDisableSqFlowControl) == 0;
+  if (qid == 0) {
+    r.ctrl = subsys->create_controller(port, hostnqn, d.hostid);
+    if (!r.ctrl) return failed(kControllerBusy);
+    r.ctrl->kato_ms = c.cdw12;
+  } else {
+    if (subsys->is_discovery() || qid > core.opts.max_io_queues) return invalid(false, kSqeQidOffset);
+    r.ctrl = subsys->controller(d.cntlid);
+    if (!r.ctrl) return invalid(true, offsetof(nvmf_connect_data, cntlid));
+    if (!r.ctrl->same_host(hostnqn, d.hostid)) return invalid(true, offsetof(nvmf_connect_data, hostnqn));
+    if (auto st = r.ctrl->bind_io_queue(qid, conn); !st.is_success()) return failed(st);
+  }
+  r.ctrl->touch(now_ns());
+  r.status = status::kSuccess;
+  r.dw0 = r.ctrl->cntlid();
+  return r;
+}
+
+}  // namespace nvmeof::target

@@ -1,0 +1,132 @@
+// One listening port of the embedded target: its socket and acceptor thread, the connections it
+// accepted (one thread each), its ANA state (ANA group = index + 1), fault injection and counters.
+//
+// Threading: the ANA state, faults and counters are atomics, written by the Target's public
+// methods and read by connection threads per command; a stale read only means a change applies
+// from the next command. The connection list is guarded by a mutex (acceptor adds, the owner
+// reaps, fault injection walks it).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nvmeof/identify.hpp"
+#include "nvmeof/status.hpp"
+#include "nvmeof/target.hpp"
+
+namespace nvmeof::target {
+
+class TcpConnection;
+struct TargetCore;
+
+/// Closes a socket with a TCP RST (SO_LINGER 0) instead of an orderly FIN.
+void abort_socket(int fd) noexcept;
+
+class Port {
+ public:
+  Port(TargetCore& core, size_t index, const TargetPort& cfg);
+  ~Port();  ///< stop()
+  Port(const Port&) = delete;
+  Port& operator=(const Port&) = delete;
+
+  /// Binds and listens. Errors: errno codes (EADDRINUSE, EADDRNOTAVAIL, ...), invalid_argument
+  /// for an address or service that does not parse.
+  Result<void> listen();
+  /// Starts the acceptor thread.
+  void start();
+  /// Stops accepting, closes every connection and joins every thread. Idempotent.
+  void stop();
+
+  size_t index() const noexcept { return index_; }
+  const std::string& traddr() const noexcept { return traddr_; }
+  uint16_t number() const noexcept { return number_; }
+  uint8_t adrfam() const noexcept { return adrfam_; }  ///< 1 IPv4, 2 IPv6
+  /// "127.0.0.1:4420" or "[::1]:4420".
+  std::string address() const;
+  bool is_wildcard() const noexcept { return wildcard_; }
+
+  AnaState ana_state() const noexcept {
+    return static_cast<AnaState>(ana_state_.load(std::memory_order_acquire));
+  }
+  uint64_t ana_chgcnt() const noexcept { return ana_chgcnt_.load(std::memory_order_acquire); }
+  /// Returns false when the state did not change.
+  bool set_ana_state(AnaState s) noexcept;
+
+  // -- faults --
+  bool blackholed() const noexcept { return blackhole_.load(std::memory_order_acquire); }
+  bool refusing() const noexcept { return refuse_.load(std::memory_order_acquire); }
+  uint64_t latency_ns() const noexcept { return latency_ns_.load(std::memory_order_relaxed); }
+  /// The status every I/O command completes with, when failing.
+  std::optional<NvmeStatus> failing() const noexcept;
+  /// The hold time for writes (0: none) and how held writes treat CQT.
+  uint64_t write_delay_ns() const noexcept { return write_delay_ns_.load(std::memory_order_relaxed); }
+  QuiesceMode write_delay_mode() const noexcept {
+    return static_cast<QuiesceMode>(write_delay_mode_.load(std::memory_order_relaxed));
+  }
+  void set_blackhole(bool on) noexcept;
+  void set_refuse(bool on) noexcept { refuse_.store(on, std::memory_order_release); }
+  void set_latency(std::chrono::microseconds l) noexcept;
+  void set_failing(std::optional<NvmeStatus> s) noexcept;
+  void set_write_delay(std::chrono::milliseconds d, QuiesceMode m) noexcept;
+  /// Closes every connection now with a TCP RST.
+  void reset_connections();
+  /// Wakes every connection thread so it re-reads the port state (ANA, blackhole).
+  void wake_connections();
+
+  // -- counters (relaxed atomics: statistics only) --
+  struct Counters {
+    std::atomic<uint64_t> connections{0};
+    std::atomic<uint64_t> live_connections{0};
+    std::atomic<uint64_t> commands{0};
+    std::atomic<uint64_t> reads{0};
+    std::atomic<uint64_t> writes{0};
+    std::atomic<uint64_t> errors{0};
+    std::atomic<uint64_t> delayed_executed{0};
+    std::atomic<uint64_t> delayed_dropped{0};
+    std::atomic<uint64_t> writes_dropped_after_teardown{0};
+  };
+  Counters& counters() noexcept { return counters_; }
+  PortStats stats() const noexcept;
+
+ private:
+  struct Conn {
+    std::shared_ptr<TcpConnection> conn;
+    std::thread thread;
+  };
+  void accept_loop() noexcept;
+  void reap_finished();
+
+  TargetCore& core_;
+  const size_t index_;
+  const TargetPort cfg_;
+  std::string traddr_;
+  uint16_t number_ = 0;
+  uint8_t adrfam_ = 1;
+  bool wildcard_ = false;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
+
+  std::atomic<uint8_t> ana_state_;
+  std::atomic<uint64_t> ana_chgcnt_{0};
+  std::atomic<bool> blackhole_{false};
+  std::atomic<bool> refuse_{false};
+  std::atomic<uint64_t> latency_ns_{0};
+  std::atomic<int32_t> fail_status_{-1};  // -1: not failing, else NvmeStatus::raw
+  std::atomic<uint64_t> write_delay_ns_{0};
+  std::atomic<uint8_t> write_delay_mode_{0};
+  Counters counters_;
+
+  std::mutex mu_;  // guards conns_
+  std::vector<Conn> conns_;
+};
+
+}  // namespace nvmeof::target

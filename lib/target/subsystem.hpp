@@ -1,0 +1,65 @@
+// An NVM subsystem of the embedded target (or the discovery subsystem): its namespaces and the
+// registry of its live controllers, which hands out dynamic controller ids.
+// Threading: namespaces are fixed after create(); the controller registry is guarded by a mutex
+// because admin and I/O queue connects arrive on different connection threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nvmeof/status.hpp"
+#include "nvmeof/target.hpp"
+#include "target/ns_store.hpp"
+
+namespace nvmeof::target {
+
+class Controller;
+
+enum class SubsystemKind : uint8_t { nvm, discovery };
+
+class Subsystem {
+ public:
+  /// Opens every namespace. Errors: invalid_argument (duplicate nsid, empty nqn), NsStore errors.
+  static Result<std::unique_ptr<Subsystem>> create(const TargetSubsystem& cfg);
+  /// The discovery subsystem (kDiscoveryNqn), reachable on every port.
+  static std::unique_ptr<Subsystem> discovery();
+
+  const std::string& nqn() const noexcept { return nqn_; }
+  const std::string& serial() const noexcept { return serial_; }
+  const std::string& model() const noexcept { return model_; }
+  SubsystemKind kind() const noexcept { return kind_; }
+  bool is_discovery() const noexcept { return kind_ == SubsystemKind::discovery; }
+
+  /// The namespace `nsid`, or nullptr.
+  NsStore* ns(uint32_t nsid) const noexcept;
+  /// Namespaces sorted by nsid.
+  const std::vector<std::unique_ptr<NsStore>>& namespaces() const noexcept { return ns_; }
+  /// The largest nsid (Identify Controller NN).
+  uint32_t max_nsid() const noexcept { return ns_.empty() ? 0 : ns_.back()->nsid(); }
+
+  /// Creates a controller with a fresh id (1..0xffef). nullptr when every id is in use.
+  std::shared_ptr<Controller> create_controller(size_t port, const std::string& hostnqn,
+                                                const uint8_t (&hostid)[16]);
+  /// The live controller `cntlid`, or nullptr.
+  std::shared_ptr<Controller> controller(uint16_t cntlid) const;
+  void remove_controller(uint16_t cntlid);
+
+ private:
+  Subsystem() = default;
+
+  std::string nqn_;
+  std::string serial_;
+  std::string model_;
+  SubsystemKind kind_ = SubsystemKind::nvm;
+  std::vector<std::unique_ptr<NsStore>> ns_;
+
+  mutable std::mutex mu_;  // guards the two fields below
+  std::map<uint16_t, std::weak_ptr<Controller>> ctrls_;
+  uint16_t next_cntlid_ = 1;
+};
+
+}  // namespace nvmeof::target

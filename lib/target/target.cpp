@@ -1,0 +1,160 @@
+#include "nvmeof/target.hpp"
+
+#include <mutex>
+#include <set>
+
+#include "target/port.hpp"
+#include "target/subsystem.hpp"
+#include "target/target_core.hpp"
+
+namespace nvmeof {
+
+struct Target::Impl {
+  target::TargetCore core;
+  std::mutex stop_mu;  // serializes stop() from several threads
+  bool stopped = false;
+};
+
+namespace {
+
+bool valid_ana_state(AnaState s) {
+  switch (s) {
+    case AnaState::optimized:
+    case AnaState::non_optimized:
+    case AnaState::inaccessible:
+    case AnaState::persistent_loss:
+    case AnaState::change: return true;
+  }
+  return false;
+}
+
+bool valid_options(const TargetOptions& o) {
+  if (o.ports.empty() || o.ports.size() > 0xfff0) return false;
+  if (o.max_queue_depth < 2 || o.max_queue_depth > 65536) return false;
+  if (o.max_io_queues < 1 || o.max_io_queues > 65535) return false;
+  if (o.in_capsule_data % 16 != 0 || o.in_capsule_data > (1u << 20)) return false;
+  if (o.maxh2cdata < 4096 || o.maxh2cdata % 4 != 0) return false;
+  if (o.mdts > 16) return false;
+  for (const auto& p : o.ports)
+    if (!valid_ana_state(p.ana_state)) return false;
+  std::set<std::string> nqns;
+  for (const auto& s : o.subsystems)
+    if (!nqns.insert(s.nqn).second) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
+  if (!valid_options(opts)) return Errc::invalid_argument;
+  auto impl = std::make_unique<Impl>();
+  target::TargetCore& core = impl->core;
+  core.opts = opts;
+  for (const auto& s : opts.subsystems) {
+    auto sub = target::Subsystem::create(s);
+    if (!sub) return sub.error();
+    core.subsystems.push_back(std::move(*sub));
+  }
+  core.discovery = target::Subsystem::discovery();
+  for (size_t i = 0; i < opts.ports.size(); ++i) {
+    core.ports.push_back(std::make_unique<target::Port>(core, i, opts.ports[i]));
+    if (auto r = core.ports.back()->listen(); !r) return r.error();
+  }
+  core.held.start();
+  for (auto& p : core.ports) p->start();
+  return std::unique_ptr<Target>(new Target(std::move(impl)));
+}
+
+Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Target::~Target() { stop(); }
+
+void Target::stop() {
+  std::lock_guard lock(impl_->stop_mu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  for (auto& p : impl_->core.ports) p->stop();
+  impl_->core.held.stop();
+}
+
+std::string Target::port_address(size_t i) const {
+  return i < impl_->core.ports.size() ? impl_->core.ports[i]->address() : std::string();
+}
+
+uint16_t Target::port_number(size_t i) const {
+  return i < impl_->core.ports.size() ? impl_->core.ports[i]->number() : 0;
+}
+
+void Target::set_ana_state(size_t port, AnaState s) {
+  if (port >= impl_->core.ports.size() || !valid_ana_state(s)) return;
+  target::Port& p = *impl_->core.ports[port];
+  if (!p.set_ana_state(s)) return;
+  impl_->core.ana_chgcnt.fetch_add(1, std::memory_order_acq_rel);
+  p.wake_connections();
+}
+
+AnaState Target::ana_state(size_t port) const {
+  return port < impl_->core.ports.size() ? impl_->core.ports[port]->ana_state() : AnaState::optimized;
+}
+
+void Target::inject(size_t port, FaultKind kind) {
+  if (port >= impl_->core.ports.size()) return;
+  target::Port& p = *impl_->core.ports[port];
+  switch (kind) {
+    case FaultKind::reset: p.reset_connections(); break;
+    case FaultKind::blackhole: p.set_blackhole(true); break;
+    case FaultKind::refuse: p.set_refuse(true); break;
+  }
+}
+
+void Target::set_latency(size_t port, std::chrono::microseconds latency) {
+  if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_latency(latency);
+}
+
+void Target::fail_commands(size_t port, std::optional<NvmeStatus> status) {
+  if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_failing(status);
+}
+
+void Target::delay_writes(size_t port, std::chrono::milliseconds delay, QuiesceMode mode) {
+  if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_write_delay(delay, mode);
+}
+
+void Target::clear_faults(size_t port) {
+  if (port >= impl_->core.ports.size()) return;
+  target::Port& p = *impl_->core.ports[port];
+  p.set_refuse(false);
+  p.set_latency(std::chrono::microseconds(0));
+  p.set_failing(std::nullopt);
+  p.set_write_delay(std::chrono::milliseconds(0), QuiesceMode::honour);
+  p.set_blackhole(false);
+}
+
+PortStats Target::stats(size_t port) const {
+  return port < impl_->core.ports.size() ? impl_->core.ports[port]->stats() : PortStats{};
+}
+
+namespace {
+
+target::NsStore* find_ns(const target::TargetCore& core, const std::string& nqn, uint32_t nsid) {
+  for (const auto& s : core.subsystems)
+    if (s->nqn() == nqn) return s->ns(nsid);
+  return nullptr;
+}
+
+}  // namespace
+
+Result<void> Target::read_ns(const std::string& nqn, uint32_t nsid, uint64_t offset, void* buf,
+                             size_t len) {
+  target::NsStore* ns = find_ns(impl_->core, nqn, nsid);
+  if (!ns || !ns->contains(offset, len)) return Errc::invalid_argument;
+  return ns->read(offset, buf, len);
+}
+
+Result<void> Target::write_ns(const std::string& nqn, uint32_t nsid, uint64_t offset,
+                              const void* buf, size_t len) {
+  target::NsStore* ns = find_ns(impl_->core, nqn, nsid);
+  if (!ns || !ns->contains(offset, len)) return Errc::invalid_argument;
+  return ns->write(offset, buf, len);
+}
+
+}  // namespace nvmeof

@@ -1,0 +1,43 @@
+// What every part of the embedded target shares: the options, subsystems, ports and the held
+// write queue. Owned by Target::Impl; connections and controllers reach it by reference.
+// Threading: everything here is fixed between start() and stop() except the atomics and the
+// objects' own synchronized state.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nvmeof/target.hpp"
+#include "target/held_writes.hpp"
+#include "target/identify_data.hpp"
+#include "target/port.hpp"
+#include "target/subsystem.hpp"
+
+namespace nvmeof::target {
+
+struct TargetCore {
+  TargetOptions opts;
+  std::vector<std::unique_ptr<Subsystem>> subsystems;
+  std::unique_ptr<Subsystem> discovery;
+  std::vector<std::unique_ptr<Port>> ports;
+  HeldWrites held;
+  /// Bumped on every ANA state change of any port (ANA log CHGCNT).
+  std::atomic<uint64_t> ana_chgcnt{0};
+  std::atomic<uint64_t> next_conn_id{1};
+
+  /// The subsystem named `nqn` (the discovery subsystem included), or nullptr.
+  Subsystem* subsystem(std::string_view nqn) const noexcept;
+  /// Every port's ANA group as the log reports it, index = port.
+  std::vector<AnaGroupView> ana_groups() const;
+  /// Every port x NVM subsystem. A wildcard port reports `local_addr` (the address the asking
+  /// host reached us at) instead of 0.0.0.0 / ::, which no host could connect to.
+  std::vector<DiscoveryRecord> discovery_records(const std::string& local_addr) const;
+  /// Largest transfer of one command in bytes (MDTS, or 256 MiB when MDTS is 0).
+  uint32_t max_transfer() const noexcept;
+};
+
+}  // namespace nvmeof::target

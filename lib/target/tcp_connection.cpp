@@ -1,0 +1,497 @@
+#include "target/tcp_connection.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+
+#include "target/clock.hpp"
+#include "target/controller.hpp"
+#include "target/identify_data.hpp"
+#include "target/port.hpp"
+#include "target/subsystem.hpp"
+#include "target/target_core.hpp"
+
+namespace nvmeof::target {
+namespace {
+
+constexpr size_t kRecvChunk = 128 * 1024;
+// Stop reading new commands while this much output waits for a slow reader.
+constexpr size_t kMaxBacklog = 8u << 20;
+// After a C2HTermReq, how long the host gets to read it and close before we do.
+constexpr uint64_t kTermLingerNs = 100'000'000;
+constexpr NvmeStatus kTransientTransportError = NvmeStatus::make(Sct::generic, 0x22);
+
+}  // namespace
+
+TcpConnection::TcpConnection(TargetCore& core, Port& port, int fd, uint64_t id, std::string peer,
+                             std::string local_addr)
+    : core_(core),
+      port_(port),
+      fd_(fd),
+      id_(id),
+      peer_(std::move(peer)),
+      local_addr_(std::move(local_addr)),
+      reader_(tcp::Role::controller, kAdminInCapsuleData),
+      icd_limit_(kAdminInCapsuleData),
+      max_transfer_(core.max_transfer()) {
+  efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  rbuf_.resize(kRecvChunk);
+}
+
+TcpConnection::~TcpConnection() {
+  if (fd_ >= 0) ::close(fd_);
+  if (efd_ >= 0) ::close(efd_);
+}
+
+void TcpConnection::request_close(CloseKind k) noexcept {
+  uint8_t none = 0;
+  close_req_.compare_exchange_strong(none, static_cast<uint8_t>(k), std::memory_order_acq_rel);
+  wake();
+}
+
+void TcpConnection::wake() noexcept {
+  woken_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(efd_, &one, sizeof one);
+}
+
+void TcpConnection::post_completion(uint16_t slot, uint16_t cid, NvmeStatus st) {
+  {
+    std::lock_guard lock(posted_mu_);
+    posted_.push_back({slot, cid, st});
+  }
+  has_posted_.store(true, std::memory_order_release);
+  wake();
+}
+
+void TcpConnection::log(const char* what, const char* detail) const {
+  std::fprintf(stderr, "nvmeof-target: %s conn %llu from %s: %s%s%s\n", port_.address().c_str(),
+               static_cast<unsigned long long>(id_), peer_.c_str(), what, detail ? ": " : "",
+               detail ? detail : "");
+}
+
+void TcpConnection::run() noexcept {
+  CloseKind why = CloseKind::none;
+  const char* reason = "closed by the host";
+  for (;;) {
+    if ((why = drain_wakeups()) != CloseKind::none) {
+      reason = why == CloseKind::reset ? "reset (fault injection)"
+               : why == CloseKind::stop ? "target stopping" : "association ended";
+      break;
+    }
+    const uint64_t now = now_ns();
+    const bool bh = port_.blackholed();
+    if (bh != blackholed_) {
+      blackholed_ = bh;
+      // A partition that heals must not count as keep-alive silence.
+      if (!bh && ctrl_) ctrl_->touch(now);
+    }
+    run_due(now);
+    if (now > kato_deadline()) {
+      why = CloseKind::association;
+      reason = "keep-alive timeout";
+      break;
+    }
+    bool progress = false;
+    if (!blackholed_) {
+      if (out_.size() - out_head_ < kMaxBacklog || phase_ == Phase::closing) {
+        const RecvResult r = receive();
+        if (r == RecvResult::closed) break;
+        progress = r == RecvResult::progress;
+      }
+      if (!flush()) {
+        reason = "send failed";
+        break;
+      }
+      if (phase_ == Phase::closing) {
+        if (out_head_ == out_.size() && !write_shut_) {
+          ::shutdown(fd_, SHUT_WR);
+          write_shut_ = true;
+        }
+        if (now > closing_deadline_) {
+          reason = "closed after a protocol error";
+          break;
+        }
+      }
+    }
+    if (progress) continue;
+    const short rev = wait_for_events(now);
+    // Not reading while blackholed, but a host that gives up and closes must still be noticed
+    // (and its teardown timed for the held writes).
+    if (blackholed_ && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
+      reason = "closed by the host while blackholed";
+      break;
+    }
+  }
+  if (core_.opts.log_connections) log("closed", reason);
+  tear_down(why);
+}
+
+CloseKind TcpConnection::drain_wakeups() {
+  if (woken_.exchange(false, std::memory_order_acq_rel)) {
+    uint64_t v;
+    [[maybe_unused]] auto n = ::read(efd_, &v, sizeof v);
+  }
+  const auto k = static_cast<CloseKind>(close_req_.load(std::memory_order_acquire));
+  if (k != CloseKind::none) return k;
+  if (has_posted_.exchange(false, std::memory_order_acq_rel)) {
+    std::vector<Posted> done;
+    {
+      std::lock_guard lock(posted_mu_);
+      done.swap(posted_);
+    }
+    for (const auto& p : done) {
+      if (p.slot >= slots_.size()) continue;
+      Slot& s = *slots_[p.slot];
+      if (s.state == SlotState::held && s.sqe.cid == p.cid) complete(s, p.st);
+    }
+  }
+  if (qid_ == 0 && ctrl_ && !subsys_->is_discovery()) {
+    const uint64_t c = port_.ana_chgcnt();
+    if (c != seen_ana_chgcnt_) {
+      seen_ana_chgcnt_ = c;
+      raise_ana_event();
+    }
+  }
+  return CloseKind::none;
+}
+
+uint64_t TcpConnection::kato_deadline() const noexcept {
+  if (qid_ != 0 || !ctrl_ || ctrl_->kato_ms == 0 || blackholed_) return UINT64_MAX;
+  return ctrl_->last_command_ns() + static_cast<uint64_t>(ctrl_->kato_ms) * 1'000'000;
+}
+
+short TcpConnection::wait_for_events(uint64_t now) {
+  short ev = 0;
+  if (blackholed_) {
+    ev = POLLRDHUP;
+  } else {
+    // With a full backlog the loop stops reading; polling for input would only spin.
+    if ((phase_ != Phase::closing && out_.size() - out_head_ < kMaxBacklog) || write_shut_) ev |= POLLIN;
+    if (out_head_ < out_.size()) ev |= POLLOUT;
+  }
+  uint64_t deadline = kato_deadline();
+  if (!delayed_.empty()) deadline = std::min(deadline, delayed_.begin()->first);
+  if (phase_ == Phase::closing) deadline = std::min(deadline, closing_deadline_);
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (deadline != UINT64_MAX) {
+    const uint64_t d = deadline > now ? deadline - now : 0;
+    ts.tv_sec = static_cast<time_t>(d / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(d % 1'000'000'000);
+    tsp = &ts;
+  }
+  pollfd fds[2] = {{fd_, ev, 0}, {efd_, POLLIN, 0}};
+  if (::ppoll(fds, 2, tsp, nullptr) <= 0) return 0;
+  return fds[0].revents;
+}
+
+TcpConnection::RecvResult TcpConnection::receive() {
+  const ssize_t n = ::recv(fd_, rbuf_.data(), kRecvChunk, MSG_DONTWAIT);
+  if (n == 0) return RecvResult::closed;
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RecvResult::idle;
+    return RecvResult::closed;
+  }
+  if (phase_ == Phase::closing) return RecvResult::progress;  // discarded: we are leaving
+  Handler h{*this};
+  size_t off = 0;
+  const auto len = static_cast<size_t>(n);
+  while (off < len && phase_ != Phase::closing) {
+    Errc err = Errc::ok;
+    term_what_ = nullptr;
+    off += reader_.consume(rbuf_.data() + off, len - off, h, err);
+    if (err == Errc::ok || phase_ == Phase::closing) continue;
+    if (err == Errc::data_digest_error) {
+      on_data_digest_error();
+      continue;
+    }
+    if (err == Errc::peer_terminated) {
+      log("host sent H2CTermReq", "closing");
+      return RecvResult::closed;
+    }
+    if (term_what_) {
+      const auto* ch = reinterpret_cast<const tcp::CommonHeader*>(reader_.header());
+      fail_connection(term_fes_, term_fei_, term_what_, ch->hlen);
+    } else {
+      // Only a header that passed the common checks was read whole.
+      const tcp::HeaderCheck& hc = reader_.last_check();
+      const bool whole = err == Errc::header_digest_error || err == Errc::unsupported ||
+                         (hc.fes == tcp::Fes::invalid_header_field && hc.fei == 16);
+      fail_connection(hc.fes, hc.fei, hc.what, whole ? hc.header_total : sizeof(tcp::CommonHeader));
+    }
+  }
+  return RecvResult::progress;
+}
+
+bool TcpConnection::flush() {
+  while (out_head_ < out_.size()) {
+    const ssize_t n = ::send(fd_, out_.data() + out_head_, out_.size() - out_head_,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      out_head_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (out_head_ > (1u << 20)) {  // keep the pending tail near the front
+        out_.consume_front(out_head_);
+        out_head_ = 0;
+      }
+      return true;
+    }
+    return false;
+  }
+  out_.clear();
+  out_head_ = 0;
+  out_.shrink_if_idle(16u << 20);
+  return true;
+}
+
+void TcpConnection::tear_down(CloseKind why) {
+  teardown_ns_.store(now_ns(), std::memory_order_release);
+  if (why == CloseKind::reset)
+    abort_socket(fd_);
+  else
+    ::close(fd_);
+  fd_ = -1;
+  if (ctrl_) {
+    if (qid_ == 0) {
+      subsys_->remove_controller(ctrl_->cntlid());
+      ctrl_->tear_down();
+    } else {
+      ctrl_->unbind_io_queue(qid_, this);
+    }
+    ctrl_.reset();
+  }
+  port_.counters().live_connections.fetch_sub(1, std::memory_order_relaxed);
+  finished_.store(true, std::memory_order_release);
+}
+
+Errc TcpConnection::protocol_error(tcp::Fes fes, uint32_t fei, const char* what) noexcept {
+  term_fes_ = fes;
+  term_fei_ = fei;
+  term_what_ = what;
+  return Errc::protocol_error;
+}
+
+void TcpConnection::fail_connection(tcp::Fes fes, uint32_t fei, const char* what, size_t offending_len) {
+  port_.counters().errors.fetch_add(1, std::memory_order_relaxed);
+  char detail[160];
+  std::snprintf(detail, sizeof detail, "%s (FES 0x%02x, FEI %u): sent C2HTermReq, closing", what,
+                static_cast<unsigned>(fes), fei);
+  log("fatal protocol error", detail);
+  const size_t kept = std::min(offending_len, tcp::kMaxTermReqData);
+  tcp::TermReq t;
+  tcp::fill_term_req(t, tcp::PduType::c2h_term_req, fes, fei, static_cast<uint32_t>(kept));
+  out_.append(&t, sizeof t);
+  out_.append(reader_.header(), kept);
+  phase_ = Phase::closing;
+  closing_deadline_ = now_ns() + kTermLingerNs;
+}
+
+void TcpConnection::on_data_digest_error() {
+  port_.counters().errors.fetch_add(1, std::memory_order_relaxed);
+  if (!digest_error_logged_) {
+    digest_error_logged_ = true;
+    log("data digest mismatch", "command completes with a transient transport error");
+  }
+  // The reader is back at a PDU boundary; only the command the data belonged to fails.
+  const auto type = static_cast<tcp::PduType>(reader_.header()[0]);
+  if (type == tcp::PduType::capsule_cmd) {
+    Slot& s = *slots_[cur_slot_];
+    s.early = kTransientTransportError;
+    start_command(s, 0);
+  } else if (type == tcp::PduType::h2c_data) {
+    Slot& s = *slots_[cur_h2c_];
+    s.poisoned = true;
+    tcp::DataHeader d;
+    std::memcpy(&d, reader_.header(), sizeof d);
+    on_h2c_done(s, d.datal);
+  }
+}
+
+Errc TcpConnection::on_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst) noexcept {
+  // A handler that failed the connection mid-chunk: nothing after it is looked at.
+  if (phase_ == Phase::closing) return Errc::protocol_error;
+  const auto type = static_cast<tcp::PduType>(hdr[0]);
+  switch (type) {
+    case tcp::PduType::ic_req:
+      if (phase_ != Phase::await_icreq) return protocol_error(tcp::Fes::sequence_error, 0, "second ICReq");
+      return Errc::ok;
+    case tcp::PduType::h2c_term_req: return Errc::peer_terminated;
+    case tcp::PduType::capsule_cmd:
+      if (phase_ == Phase::await_icreq) return protocol_error(tcp::Fes::sequence_error, 0, "capsule before ICReq");
+      return on_capsule_header(hdr, hc, dst);
+    case tcp::PduType::h2c_data:
+      if (phase_ != Phase::live) return protocol_error(tcp::Fes::sequence_error, 0, "H2CData before Connect");
+      return on_h2c_header(hdr, dst);
+    default: return protocol_error(tcp::Fes::invalid_header_field, 0, "unexpected PDU type");
+  }
+}
+
+Errc TcpConnection::on_pdu(const uint8_t* hdr, const tcp::HeaderCheck& hc) noexcept {
+  switch (static_cast<tcp::PduType>(hdr[0])) {
+    case tcp::PduType::ic_req: on_ic_req(hdr); return Errc::ok;
+    case tcp::PduType::capsule_cmd: start_command(*slots_[cur_slot_], hc.data_len); return Errc::ok;
+    case tcp::PduType::h2c_data: on_h2c_done(*slots_[cur_h2c_], hc.data_len); return Errc::ok;
+    default: return Errc::ok;
+  }
+}
+
+void TcpConnection::on_ic_req(const uint8_t* hdr) {
+  tcp::IcReq r;
+  std::memcpy(&r, hdr, sizeof r);
+  if (r.hpda > 31) {
+    fail_connection(tcp::Fes::invalid_header_field, 10, "HPDA out of range", sizeof r);
+    return;
+  }
+  const bool hd = (r.digest & tcp::ic_digest::kHeader) != 0;
+  const bool dd = (r.digest & tcp::ic_digest::kData) != 0;
+  send_neg_ = tcp::Negotiated{hd, dd, r.hpda};
+  reader_.set_negotiated(tcp::Negotiated{hd, dd, 0});  // CPDA 0: no alignment asked of the host
+  tcp::IcResp p;
+  tcp::fill_ic_resp(p, 0, hd, dd, core_.opts.maxh2cdata);
+  out_.append(&p, sizeof p);
+  phase_ = Phase::await_connect;
+}
+
+Errc TcpConnection::on_capsule_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst) {
+  Slot* s = alloc_slot();
+  if (!s) return protocol_error(tcp::Fes::sequence_error, 0, "more commands outstanding than SQSIZE allows");
+  std::memcpy(&s->sqe, hdr + sizeof(tcp::CommonHeader), sizeof s->sqe);
+  s->state = SlotState::receiving;
+  cur_slot_ = s->index;
+  if (hc.data_len == 0) return Errc::ok;
+  if (hc.data_len > icd_limit_) {
+    // More than IOCCSZ allows: drop the data, fail only this command.
+    s->early = NvmeStatus::make(Sct::generic, 0x0f, true);  // data SGL length invalid
+    dst = nullptr;
+    return Errc::ok;
+  }
+  s->buf.resize(hc.data_len);
+  dst = s->buf.data();
+  return Errc::ok;
+}
+
+Errc TcpConnection::on_h2c_header(const uint8_t* hdr, uint8_t*& dst) {
+  tcp::DataHeader d;
+  std::memcpy(&d, hdr, sizeof d);
+  if (d.ttag >= slots_.size() || slots_[d.ttag]->state != SlotState::awaiting_data)
+    return protocol_error(tcp::Fes::invalid_header_field, 10, "H2CData for an unknown TTAG");
+  Slot& s = *slots_[d.ttag];
+  if (d.cccid != s.sqe.cid) return protocol_error(tcp::Fes::invalid_header_field, 8, "H2CData CCCID does not match its TTAG");
+  if (d.datao != s.received || d.datal > s.r2t_end - s.received)
+    return protocol_error(tcp::Fes::data_out_of_range, 12, "H2CData outside the R2T");
+  cur_h2c_ = s.index;
+  dst = s.buf.data() + d.datao;
+  return Errc::ok;
+}
+
+void TcpConnection::on_h2c_done(Slot& s, uint32_t datal) {
+  s.received += datal;
+  if (s.received < s.r2t_end) return;
+  if (s.received < s.xfer_len) {
+    send_r2t(s);
+    return;
+  }
+  if (s.poisoned) {
+    complete(s, kTransientTransportError);
+    return;
+  }
+  command_ready(s);
+}
+
+void TcpConnection::put_header(const void* hdr, size_t hlen) {
+  const bool hd = (static_cast<const tcp::CommonHeader*>(hdr)->flags & tcp::pdu_flag::kHdgst) != 0;
+  uint8_t* p = out_.grow(hlen + (hd ? tcp::kDigestLen : 0));
+  std::memcpy(p, hdr, hlen);
+  if (hd) {
+    const uint32_t d = tcp::header_digest(p, hlen);
+    std::memcpy(p + hlen, &d, sizeof d);
+  }
+}
+
+uint8_t* TcpConnection::begin_c2h(uint16_t cid, uint32_t len, bool success) {
+  tcp::DataHeader h;
+  const size_t hlen = tcp::fill_c2h_data(h, cid, 0, len, true, success, send_neg_);
+  c2h_mark_ = out_.size();
+  uint8_t* p = out_.grow(h.ch.plen);
+  std::memcpy(p, &h, hlen);
+  size_t at = hlen;
+  if (h.ch.flags & tcp::pdu_flag::kHdgst) {
+    const uint32_t d = tcp::header_digest(p, hlen);
+    std::memcpy(p + at, &d, sizeof d);
+    at += sizeof d;
+  }
+  std::memset(p + at, 0, h.ch.pdo - at);  // HPDA padding
+  return p + h.ch.pdo;
+}
+
+void TcpConnection::seal_c2h(uint32_t len) {
+  uint8_t* p = out_.data() + c2h_mark_;
+  const auto* ch = reinterpret_cast<const tcp::CommonHeader*>(p);
+  if (!(ch->flags & tcp::pdu_flag::kDdgst)) return;
+  const uint32_t d = detail::crc32c(p + ch->pdo, len);
+  std::memcpy(p + ch->pdo + len, &d, sizeof d);
+}
+
+void TcpConnection::cancel_c2h() { out_.resize(c2h_mark_); }
+
+void TcpConnection::send_r2t(Slot& s) {
+  const uint32_t len = std::min(s.xfer_len - s.received, core_.opts.maxh2cdata);
+  s.r2t_end = s.received + len;
+  s.state = SlotState::awaiting_data;
+  tcp::R2t r;
+  const size_t hlen = tcp::fill_r2t(r, s.sqe.cid, s.index, s.received, len, send_neg_);
+  put_header(&r, hlen);
+}
+
+void TcpConnection::complete(Slot& s, NvmeStatus st, uint32_t dw0, uint32_t dw1) {
+  Cqe cqe{};
+  cqe.dw0 = dw0;
+  cqe.dw1 = dw1;
+  cqe.sq_head = sq_flow_control_ ? static_cast<uint16_t>(sq_head_) : 0xffff;
+  cqe.sq_id = qid_;
+  cqe.cid = s.sqe.cid;
+  cqe.status_field = st.cqe_field();
+  tcp::CapsuleResp r;
+  const size_t hlen = tcp::fill_capsule_resp(r, cqe, send_neg_);
+  put_header(&r, hlen);
+  free_slot(s);
+}
+
+TcpConnection::Slot* TcpConnection::alloc_slot() {
+  if (free_.empty()) {
+    // Room for a host that reuses a slot the moment its completion is queued, and more.
+    const size_t limit = std::min<size_t>(2 * std::max<uint32_t>(sq_entries_, 32) + 16, 0xffff);
+    if (slots_.size() >= limit) return nullptr;
+    auto s = std::make_unique<Slot>();
+    s->index = static_cast<uint16_t>(slots_.size());
+    slots_.push_back(std::move(s));
+    free_.push_back(slots_.back()->index);
+  }
+  Slot& s = *slots_[free_.back()];
+  free_.pop_back();
+  s.early = status::kSuccess;
+  s.poisoned = false;
+  s.in_capsule = false;
+  s.h2c = false;
+  s.xfer_len = s.received = s.r2t_end = 0;
+  return &s;
+}
+
+void TcpConnection::free_slot(Slot& s) {
+  s.state = SlotState::free;
+  s.buf.clear();
+  s.buf.shrink_if_idle(1u << 20);
+  free_.push_back(s.index);
+}
+
+}  // namespace nvmeof::target

@@ -1,0 +1,196 @@
+// One NVMe/TCP connection of the embedded target (one queue: admin or I/O), served by its own
+// thread: ICReq/ICResp, capsules, R2T/H2CData, C2HData, responses, keep-alive, asynchronous
+// events, and the per-port faults. PDUs are parsed by the shared codec (transport/tcp/pdu.hpp).
+//
+// Threading: run() is the connection's thread and owns everything except the members marked
+// "any thread": close requests, wake-ups, completions posted by the held-write thread and the
+// teardown time, which other threads use to reach a connection without blocking on it.
+// Sockets are non-blocking and the thread waits in ppoll on the socket and an eventfd, so a
+// close request or a fault change reaches it within one wake-up even while it is sending.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nvmeof/command.hpp"
+#include "nvmeof/status.hpp"
+#include "target/byte_buffer.hpp"
+#include "target/io_commands.hpp"
+#include "transport/tcp/pdu.hpp"
+
+namespace nvmeof::target {
+
+class Controller;
+class Port;
+class Subsystem;
+struct TargetCore;
+
+/// Why a connection is being closed from outside its thread.
+enum class CloseKind : uint8_t {
+  none,
+  stop,         ///< the target stops
+  reset,        ///< fault injection: close with RST
+  association,  ///< the controller's association ended (admin queue gone, keep-alive expired)
+};
+
+class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
+ public:
+  /// Takes ownership of the connected, non-blocking socket `fd`.
+  TcpConnection(TargetCore& core, Port& port, int fd, uint64_t id, std::string peer,
+                std::string local_addr);
+  ~TcpConnection();
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  /// The connection's thread body: serves until the peer closes, a fatal protocol error, or a
+  /// close request; then closes the socket and leaves the controller.
+  void run() noexcept;
+
+  // -- any thread --
+  void request_close(CloseKind k) noexcept;
+  void wake() noexcept;
+  /// Completes a held command (a delayed write) on this connection, if it is still alive.
+  void post_completion(uint16_t slot, uint16_t cid, NvmeStatus st);
+  bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
+  /// When the connection was found dead or closed (steady ns), 0 while it lives.
+  uint64_t teardown_ns() const noexcept { return teardown_ns_.load(std::memory_order_acquire); }
+
+  // -- PduReader handler interface (connection thread) --
+  Errc on_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst) noexcept;
+  Errc on_pdu(const uint8_t* hdr, const tcp::HeaderCheck& hc) noexcept;
+
+ private:
+  enum class Phase : uint8_t { await_icreq, await_connect, live, closing };
+  enum class SlotState : uint8_t {
+    free,
+    receiving,      ///< capsule header seen, in-capsule data arriving
+    awaiting_data,  ///< R2T sent, H2CData arriving
+    waiting,        ///< held for the port's injected latency
+    held,           ///< a delayed write, owned by HeldWrites until it posts the completion
+    aer,            ///< an Asynchronous Event Request waiting for an event
+  };
+  /// One command in flight; its index is the R2T transfer tag.
+  struct Slot {
+    Sqe sqe{};
+    uint16_t index = 0;
+    SlotState state = SlotState::free;
+    bool h2c = false;          // data moves host -> controller
+    bool in_capsule = false;
+    bool poisoned = false;     // a data digest failed: complete with a transient transport error
+    NvmeStatus early{};        // found while receiving: complete with this, execute nothing
+    uint32_t xfer_len = 0;     // SGL length
+    uint32_t received = 0;     // H2C bytes received
+    uint32_t r2t_end = 0;      // end offset of the outstanding R2T
+    IoPlan plan{};
+    ByteBuffer buf;
+  };
+  struct Posted {
+    uint16_t slot;
+    uint16_t cid;
+    NvmeStatus st;
+  };
+  enum class RecvResult : uint8_t { idle, progress, closed };
+  struct Handler {
+    TcpConnection& c;
+    Errc on_header(const uint8_t* h, const tcp::HeaderCheck& hc, uint8_t*& dst) noexcept {
+      return c.on_header(h, hc, dst);
+    }
+    Errc on_pdu(const uint8_t* h, const tcp::HeaderCheck& hc) noexcept { return c.on_pdu(h, hc); }
+  };
+
+  // Transport (tcp_connection.cpp).
+  CloseKind drain_wakeups();
+  RecvResult receive();
+  bool flush();
+  short wait_for_events(uint64_t now);  // returns the socket's revents
+  void tear_down(CloseKind why);
+  Errc protocol_error(tcp::Fes fes, uint32_t fei, const char* what) noexcept;
+  void fail_connection(tcp::Fes fes, uint32_t fei, const char* what, size_t offending_len);
+  void on_data_digest_error();
+  void on_ic_req(const uint8_t* hdr);
+  Errc on_capsule_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst);
+  Errc on_h2c_header(const uint8_t* hdr, uint8_t*& dst);
+  void on_h2c_done(Slot& s, uint32_t datal);
+  void put_header(const void* hdr, size_t hlen);
+  uint8_t* begin_c2h(uint16_t cid, uint32_t len, bool success);
+  void seal_c2h(uint32_t len);
+  void cancel_c2h();
+  void send_r2t(Slot& s);
+  void complete(Slot& s, NvmeStatus st, uint32_t dw0 = 0, uint32_t dw1 = 0);
+  Slot* alloc_slot();
+  void free_slot(Slot& s);
+  void log(const char* what, const char* detail) const;
+  uint64_t kato_deadline() const noexcept;
+
+  // Commands (tcp_connection_commands.cpp).
+  void start_command(Slot& s, uint32_t icd_len);
+  NvmeStatus classify_data(Slot& s, uint32_t icd_len) const;
+  NvmeStatus check_io(Slot& s);
+  void command_ready(Slot& s);
+  void run_due(uint64_t now);
+  void execute(Slot& s);
+  void execute_fabrics(Slot& s);
+  void execute_connect(Slot& s);
+  void execute_admin(Slot& s);
+  void execute_io(Slot& s);
+  void hold_aer(Slot& s);
+  void raise_ana_event();
+
+  TargetCore& core_;
+  Port& port_;
+  int fd_;
+  int efd_ = -1;
+  const uint64_t id_;
+  const std::string peer_;
+  const std::string local_addr_;
+
+  Phase phase_ = Phase::await_icreq;
+  tcp::PduReader reader_;
+  tcp::Negotiated send_neg_{};  // digests, and the HPDA the host asked for our data
+  ByteBuffer rbuf_;
+  ByteBuffer out_;
+  size_t out_head_ = 0;  // bytes of out_ already sent
+  size_t c2h_mark_ = 0;  // where the C2HData PDU being built starts in out_
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<uint16_t> free_;
+  uint16_t cur_slot_ = 0;   // the capsule the reader is inside
+  uint16_t cur_h2c_ = 0;    // the command the current H2CData belongs to
+  tcp::Fes term_fes_ = tcp::Fes::none;  // set by a handler that rejects a PDU
+  uint32_t term_fei_ = 0;
+  const char* term_what_ = nullptr;
+  bool digest_error_logged_ = false;
+  uint64_t closing_deadline_ = 0;
+  bool write_shut_ = false;
+  bool blackholed_ = false;
+
+  std::shared_ptr<Controller> ctrl_;
+  Subsystem* subsys_ = nullptr;
+  uint16_t qid_ = 0;
+  uint32_t sq_entries_ = 0;
+  uint32_t sq_head_ = 0;
+  bool sq_flow_control_ = true;  // CQEs carry SQHD
+  bool c2h_success_ = false;     // reads end with a SUCCESS-flagged C2HData, no CapsuleResp
+  uint32_t icd_limit_;
+  uint32_t max_transfer_;
+  std::multimap<uint64_t, uint16_t> delayed_;  // latency fault: due time -> slot
+  std::vector<uint16_t> aers_;
+  bool aen_pending_ = false;
+  uint64_t seen_ana_chgcnt_ = 0;
+  std::vector<uint8_t> admin_out_;
+
+  // -- any thread --
+  std::atomic<uint8_t> close_req_{0};  // a CloseKind
+  std::atomic<bool> woken_{false};
+  std::atomic<bool> has_posted_{false};
+  std::atomic<uint64_t> teardown_ns_{0};
+  std::atomic<bool> finished_{false};
+  std::mutex posted_mu_;  // guards posted_
+  std::vector<Posted> posted_;
+};
+
+}  // namespace nvmeof::target

@@ -1,0 +1,261 @@
+// TcpConnection, part two: what happens to a command once its capsule arrived. Validation of
+// its data descriptor, the port's faults (ANA state, failing, latency, held writes), and the
+// dispatch to Fabrics, admin and I/O execution.
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "target/admin_commands.hpp"
+#include "target/clock.hpp"
+#include "target/controller.hpp"
+#include "target/fabrics_connect.hpp"
+#include "target/held_writes.hpp"
+#include "target/identify_data.hpp"
+#include "target/port.hpp"
+#include "target/subsystem.hpp"
+#include "target/target_core.hpp"
+#include "target/tcp_connection.hpp"
+
+namespace nvmeof::target {
+namespace {
+
+constexpr NvmeStatus kSglDataLengthInvalid = NvmeStatus::make(Sct::generic, 0x0f, true);
+constexpr NvmeStatus kSglOffsetInvalid = NvmeStatus::make(Sct::generic, 0x16, true);
+constexpr NvmeStatus kAerLimitExceeded = NvmeStatus::make(Sct::command_specific, 0x05, true);
+// Asynchronous event: type 2 (notice), information 03h (ANA change), log page 0Ch.
+constexpr uint32_t kAnaChangeEvent = 0x000C0302;
+constexpr size_t kMaxAers = 4;  // AERL + 1
+
+bool is_connect(const Sqe& c) {
+  return c.opcode == opcode::kFabrics && fabrics_type(c) == fctype::kConnect;
+}
+
+}  // namespace
+
+void TcpConnection::start_command(Slot& s, uint32_t icd_len) {
+  const uint64_t now = now_ns();
+  port_.counters().commands.fetch_add(1, std::memory_order_relaxed);
+  if (ctrl_) ctrl_->touch(now);
+  if (sq_entries_) sq_head_ = (sq_head_ + 1) % sq_entries_;
+  const Sqe& c = s.sqe;
+  if (!s.early.is_success()) return complete(s, s.early);
+  if ((phase_ == Phase::await_connect) != is_connect(c)) return complete(s, status::kCommandSequenceError);
+  if (auto st = classify_data(s, icd_len); !st.is_success()) return complete(s, st);
+  if (qid_ != 0 && c.opcode != opcode::kFabrics) {
+    if (auto st = check_io(s); !st.is_success()) return complete(s, st);
+  }
+  if (s.h2c && !s.in_capsule && s.xfer_len > 0) {
+    s.buf.resize(s.xfer_len);
+    s.received = 0;
+    send_r2t(s);
+    return;
+  }
+  command_ready(s);
+}
+
+NvmeStatus TcpConnection::classify_data(Slot& s, uint32_t icd_len) const {
+  const Sqe& c = s.sqe;
+  const bool sgl = (c.flags & 0xc0) == sgl::kPsdtSgl;
+  if (!sgl) return icd_len ? status::kInvalidField : status::kSuccess;
+  const uint32_t len = sgl_length(c);
+  if (len == 0) return status::kSuccess;  // in-capsule bytes without a descriptor are ignored
+  const bool to_ctrl = is_host_to_controller(c);
+  if (!to_ctrl && !is_controller_to_host(c)) return status::kSuccess;  // a command without data
+  if (len > max_transfer_) return status::kInvalidField;
+  switch (sgl_id(c)) {
+    case sgl::kDataBlockOffset:
+      if (!to_ctrl) return status::kInvalidField;
+      if (sgl_address(c) != 0) return kSglOffsetInvalid;  // ICDOFF is 0
+      if (icd_len != len) return kSglDataLengthInvalid;
+      break;
+    case sgl::kTransportDataBlock:
+      if (icd_len) return kSglDataLengthInvalid;
+      break;
+    default: return status::kSglInvalidType;
+  }
+  s.xfer_len = len;
+  s.h2c = to_ctrl;
+  s.in_capsule = icd_len > 0;
+  return status::kSuccess;
+}
+
+NvmeStatus TcpConnection::check_io(Slot& s) {
+  // Path status first: a host that sees it moves the I/O to another path.
+  switch (port_.ana_state()) {
+    case AnaState::inaccessible: return status::kAnaInaccessible;
+    case AnaState::persistent_loss: return status::kAnaPersistentLoss;
+    case AnaState::change: return status::kAnaTransition;
+    default: break;
+  }
+  if (auto failing = port_.failing()) return *failing;
+  const Sqe& c = s.sqe;
+  if (auto st = plan_io(*subsys_, c, max_transfer_, s.plan); !st.is_success()) return st;
+  if (s.xfer_len < s.plan.data_len) return kSglDataLengthInvalid;
+  if (s.plan.data_len && s.plan.to_host == s.h2c) return status::kInvalidField;
+  if (c.opcode == opcode::kRead) port_.counters().reads.fetch_add(1, std::memory_order_relaxed);
+  if (c.opcode == opcode::kWrite) port_.counters().writes.fetch_add(1, std::memory_order_relaxed);
+  return status::kSuccess;
+}
+
+void TcpConnection::command_ready(Slot& s) {
+  const uint64_t latency = port_.latency_ns();
+  if (latency == 0) return execute(s);
+  s.state = SlotState::waiting;
+  delayed_.emplace(now_ns() + latency, s.index);
+}
+
+void TcpConnection::run_due(uint64_t now) {
+  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+    Slot& s = *slots_[delayed_.begin()->second];
+    delayed_.erase(delayed_.begin());
+    execute(s);
+  }
+}
+
+void TcpConnection::execute(Slot& s) {
+  if (s.sqe.opcode == opcode::kFabrics) return execute_fabrics(s);
+  if (qid_ == 0) return execute_admin(s);
+  execute_io(s);
+}
+
+void TcpConnection::execute_fabrics(Slot& s) {
+  const Sqe& c = s.sqe;
+  switch (fabrics_type(c)) {
+    case fctype::kConnect: return execute_connect(s);
+    case fctype::kPropertyGet: {
+      if (qid_ != 0) return complete(s, status::kInvalidField);
+      uint64_t v = 0;
+      const NvmeStatus st = ctrl_->property_get(c.cdw11, core_.opts, v);
+      const bool size8 = (c.cdw10 & 0x7) == 1;
+      return complete(s, st, static_cast<uint32_t>(v), size8 ? static_cast<uint32_t>(v >> 32) : 0);
+    }
+    case fctype::kPropertySet:
+      if (qid_ != 0) return complete(s, status::kInvalidField);
+      return complete(s, ctrl_->property_set(c.cdw11, c.cdw12 | (static_cast<uint64_t>(c.cdw13) << 32)));
+    case fctype::kDisconnect: return complete(s, status::kSuccess);
+    default: return complete(s, status::kInvalidOpcode);
+  }
+}
+
+void TcpConnection::execute_connect(Slot& s) {
+  const ConnectResult r = accept_connect(core_, port_.index(), s.sqe,
+                                         {s.buf.data(), s.in_capsule ? s.xfer_len : s.received},
+                                         shared_from_this());
+  if (r.status.is_success()) {
+    ctrl_ = r.ctrl;
+    subsys_ = r.subsys;
+    qid_ = r.qid;
+    sq_entries_ = r.sq_entries;
+    sq_head_ = 1 % sq_entries_;
+    sq_flow_control_ = r.sq_flow_control;
+    c2h_success_ = !sq_flow_control_ || core_.opts.c2h_success == C2hSuccess::always;
+    phase_ = Phase::live;
+    icd_limit_ = qid_ ? core_.opts.in_capsule_data : kAdminInCapsuleData;
+    reader_.set_max_data(std::max(icd_limit_, core_.opts.maxh2cdata));
+    seen_ana_chgcnt_ = port_.ana_chgcnt();
+    if (core_.opts.log_connections) {
+      char detail[400];
+      std::snprintf(detail, sizeof detail, "%s qid %u cntlid %u host %s", subsys_->nqn().c_str(),
+                    qid_, ctrl_->cntlid(), ctrl_->hostnqn().c_str());
+      log("connected", detail);
+    }
+  } else if (core_.opts.log_connections) {
+    log("connect refused", to_string(r.status).c_str());
+  }
+  complete(s, r.status, r.dw0);
+}
+
+void TcpConnection::execute_admin(Slot& s) {
+  const Sqe& c = s.sqe;
+  if (c.opcode == opcode::kAsyncEventRequest) return hold_aer(s);
+  const AdminContext ctx{core_, *ctrl_, local_addr_};
+  const AdminResult r = target::execute_admin(ctx, c, admin_out_);
+  if (!r.status.is_success() || admin_out_.empty() || s.xfer_len == 0 || s.h2c)
+    return complete(s, r.status, r.dw0);
+  const auto n = static_cast<uint32_t>(std::min<size_t>(admin_out_.size(), s.xfer_len));
+  // The SUCCESS flag stands for a completion with DW0 = 0; anything else needs a response.
+  const bool success_flag = c2h_success_ && r.dw0 == 0;
+  std::memcpy(begin_c2h(c.cid, n, success_flag), admin_out_.data(), n);
+  seal_c2h(n);
+  if (success_flag)
+    free_slot(s);
+  else
+    complete(s, r.status, r.dw0);
+}
+
+void TcpConnection::execute_io(Slot& s) {
+  const Sqe& c = s.sqe;
+  if (c.opcode == opcode::kWrite) {
+    if (const uint64_t delay = port_.write_delay_ns()) {
+      HeldWrites::Write w;
+      w.due_ns = now_ns() + delay;
+      w.mode = port_.write_delay_mode();
+      w.cqt_ns = static_cast<uint64_t>(core_.opts.cqt_ms) * 1'000'000;
+      w.conn = shared_from_this();
+      w.port = &port_;
+      w.ns = s.plan.ns;
+      w.offset = s.plan.offset;
+      w.data = std::move(s.buf);
+      w.data.resize(s.plan.data_len);
+      w.slot = s.index;
+      w.cid = c.cid;
+      s.state = SlotState::held;
+      core_.held.hold(std::move(w));
+      return;
+    }
+  }
+  if (s.plan.to_host) {
+    uint8_t* dst = begin_c2h(c.cid, s.plan.data_len, c2h_success_);
+    const NvmeStatus st = target::execute_io(*subsys_, c, s.plan, {}, dst);
+    if (st.is_success()) {
+      seal_c2h(s.plan.data_len);
+      if (c2h_success_)
+        free_slot(s);
+      else
+        complete(s, st);
+    } else {
+      cancel_c2h();
+      complete(s, st);
+    }
+    return;
+  }
+  // Command Quiesce Time, honoured: a command that changes data never executes once its
+  // connection is known to be gone. Without this, a connection thread that the scheduler held
+  // off for longer than CQT could land a write after the host has fenced the path and moved it.
+  if (!s.plan.to_host && (c.opcode == opcode::kWrite || c.opcode == opcode::kWriteZeroes ||
+                          c.opcode == opcode::kDatasetManagement)) {
+    pollfd pfd{fd_, POLLRDHUP, 0};
+    if (teardown_ns_.load(std::memory_order_acquire) != 0 ||
+        (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
+      port_.counters().writes_dropped_after_teardown.fetch_add(1, std::memory_order_relaxed);
+      free_slot(s);
+      return;
+    }
+  }
+  const size_t have = s.in_capsule ? s.xfer_len : s.received;
+  complete(s, target::execute_io(*subsys_, c, s.plan, {s.buf.data(), have}, nullptr));
+}
+
+void TcpConnection::hold_aer(Slot& s) {
+  if (aers_.size() >= kMaxAers) return complete(s, kAerLimitExceeded);
+  if (aen_pending_) {
+    aen_pending_ = false;
+    return complete(s, status::kSuccess, kAnaChangeEvent);
+  }
+  s.state = SlotState::aer;
+  aers_.push_back(s.index);
+}
+
+void TcpConnection::raise_ana_event() {
+  if (!(ctrl_->aec & kAecAnaChange)) return;
+  if (aers_.empty()) {
+    aen_pending_ = true;  // reported by the next Asynchronous Event Request
+    return;
+  }
+  Slot& s = *slots_[aers_.front()];
+  aers_.erase(aers_.begin());
+  complete(s, status::kSuccess, kAnaChangeEvent);
+}
+
+}  // namespace nvmeof::target

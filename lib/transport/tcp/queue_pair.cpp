@@ -1,0 +1,624 @@
+#include "transport/tcp/queue_pair.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/crc32c.hpp"
+#include "transport/tcp/handshake.hpp"
+
+namespace nvmeof::tcp {
+namespace {
+
+constexpr uint16_t kNil = 0xffff;
+// Header + header digest + padding up to the largest CPDA alignment (128 bytes).
+constexpr size_t kHdrArea = 128;
+constexpr unsigned kMaxIov = 256;
+constexpr unsigned kArenaEntries = 64;
+constexpr auto kDrainBound = std::chrono::seconds(2);
+
+enum class Dir : uint8_t { none, to_controller, from_controller };
+enum class Phase : uint8_t { free, active, answered };
+enum class SendWork : uint8_t { capsule, h2c };
+
+Cqe host_path_error_cqe(uint16_t cid) {
+  Cqe c{};
+  c.cid = cid;
+  c.status_field = status::kHostPathError.cqe_field();
+  return c;
+}
+
+}  // namespace
+
+// One command slot, indexed by CID. `phase` answered means the response arrived while the send
+// in flight still references the slot's header or the request's data; the completion waits
+// for that send to finish so the caller never gets a buffer the kernel may still read.
+struct QueuePair::Slot {
+  IoRequest* req = nullptr;
+  Phase phase = Phase::free;
+  Dir dir = Dir::none;
+  SendWork work = SendWork::capsule;
+  bool in_capsule = false;
+  bool queued = false;    // in the send queue
+  bool in_batch = false;  // referenced by the send in flight
+  uint16_t next = kNil;   // send queue link
+  uint16_t ttag = 0;
+  uint32_t hdr_len = 0;   // bytes of hdr[] to send (header, digest, padding)
+  uint32_t ddgst = 0;     // data digest of in-capsule data
+  uint32_t h2c_off = 0;   // next byte to send for the current R2T
+  uint32_t h2c_left = 0;  // bytes of the current R2T not yet sent
+  uint32_t r2t_next = 0;  // where the next R2T must start
+  uint32_t c2h_next = 0;  // read data received so far
+  Cqe cqe{};
+  alignas(8) uint8_t hdr[kHdrArea];
+};
+
+// Everything the kernel may touch while an operation is in flight. It normally dies with the
+// pair; if the pair is destroyed while operations are still in flight past the drain bound,
+// the core is orphaned and frees itself (closing the socket) when the last one completes.
+struct QueuePair::IoCore {
+  struct Handler : IoHandler {
+    IoCore* core = nullptr;
+  };
+  Handler recv_h;
+  Handler send_h;
+  QueuePair* qp = nullptr;
+  int fd = -1;
+  int inflight = 0;
+  bool recv_armed = false;
+  bool send_active = false;     // a batch is being sent
+  bool send_in_kernel = false;  // its SENDMSG is in flight
+  std::unique_ptr<uint8_t[]> rbuf;
+  uint32_t rbuf_len = 0;
+  msghdr msg{};
+  iovec iov[kMaxIov];
+  unsigned iov_count = 0;
+  unsigned iov_start = 0;
+  struct ArenaEntry {
+    alignas(8) uint8_t hdr[kHdrArea];
+    uint32_t ddgst;
+  };
+  ArenaEntry arena[kArenaEntries];
+  unsigned arena_used = 0;
+  uint16_t batch[kMaxIov];
+  unsigned batch_count = 0;
+
+  void orphan_step() noexcept {
+    if (inflight > 0) return;
+    if (fd >= 0) ::close(fd);
+    delete this;
+  }
+};
+
+struct QueuePair::RecvSink {
+  QueuePair& qp;
+  Errc on_header(const uint8_t* hdr, const HeaderCheck& hc, uint8_t*& dst) noexcept {
+    return qp.on_header(hdr, hc, dst);
+  }
+  Errc on_pdu(const uint8_t* hdr, const HeaderCheck& hc) noexcept { return qp.on_pdu(hdr, hc); }
+};
+
+Result<std::unique_ptr<QueuePair>> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
+  const std::string label = detail::make_label(cfg);
+  if (cfg.depth == 0 || cfg.depth > kMaxQueueDepth || cfg.recv_buffer < 4096) {
+    std::fprintf(stderr, "nvmeof: %s: invalid queue depth %u or receive buffer\n", label.c_str(),
+                 cfg.depth);
+    return Errc::invalid_argument;
+  }
+  auto c = detail::handshake(cfg, label);
+  if (!c) return c.error();
+  return std::unique_ptr<QueuePair>(new QueuePair(reactor, cfg, c->fd, c->session, label));
+}
+
+QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s,
+                     std::string label)
+    : reactor_(reactor),
+      cfg_(cfg),
+      session_(s),
+      label_(std::move(label)),
+      reader_(Role::host, 4096),
+      sendq_head_(kNil),
+      sendq_tail_(kNil) {
+  in_capsule_ = cfg.in_capsule_data ? cfg.in_capsule_data : (cfg.qid == 0 ? kAdminInCapsuleData : 0);
+  max_transfer_ = cfg.max_transfer ? cfg.max_transfer : kDefaultMaxTransfer;
+  send_neg_ = Negotiated{s.hdgst, s.ddgst, s.cpda};
+  reader_.set_negotiated(Negotiated{s.hdgst, s.ddgst, 0});
+  reader_.set_max_data(std::max<uint32_t>(max_transfer_, 4096));
+  slots_ = std::make_unique<Slot[]>(cfg.depth);
+  free_ = std::make_unique<uint16_t[]>(cfg.depth);
+  for (uint32_t i = 0; i < cfg.depth; ++i) free_[i] = static_cast<uint16_t>(cfg.depth - 1 - i);
+  free_top_ = cfg.depth;
+  core_ = new IoCore();
+  core_->qp = this;
+  core_->fd = fd;
+  core_->rbuf_len = cfg.recv_buffer;
+  core_->rbuf = std::make_unique<uint8_t[]>(cfg.recv_buffer);
+  core_->recv_h.core = core_;
+  core_->send_h.core = core_;
+  core_->recv_h.fn = [](IoHandler* h, const io_uring_cqe& cqe) noexcept {
+    IoCore* c = static_cast<IoCore::Handler*>(h)->core;
+    --c->inflight;
+    c->recv_armed = false;
+    if (c->qp) c->qp->on_recv(cqe);
+    else c->orphan_step();
+  };
+  core_->send_h.fn = [](IoHandler* h, const io_uring_cqe& cqe) noexcept {
+    IoCore* c = static_cast<IoCore::Handler*>(h)->core;
+    --c->inflight;
+    c->send_in_kernel = false;
+    if (c->qp) c->qp->on_send(cqe);
+    else c->orphan_step();
+  };
+}
+
+QueuePair::~QueuePair() {
+  close();
+  const uint64_t deadline =
+      Reactor::clock_ns() +
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainBound).count());
+  while (core_->inflight > 0 && Reactor::clock_ns() < deadline)
+    reactor_.poll(std::chrono::milliseconds(1));
+  if (core_->inflight > 0) {
+    std::fprintf(stderr, "nvmeof: %s: %d socket operations still in flight at destruction\n",
+                 label_.c_str(), core_->inflight);
+    core_->qp = nullptr;  // the core frees itself and closes the socket when they complete
+    finish_teardown();
+  } else {
+    finish_teardown();
+    if (core_->fd >= 0) ::close(core_->fd);
+    delete core_;
+  }
+  core_ = nullptr;
+  if (poller_added_) reactor_.remove_poller(&QueuePair::poll_fn, this);
+  if (cfg_.on_destroy) cfg_.on_destroy();
+}
+
+int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 0; }
+
+void QueuePair::start() noexcept {
+  if (state_ != QpState::connecting) return;
+  state_ = QpState::live;
+  reactor_.add_poller(&QueuePair::poll_fn, this);
+  poller_added_ = true;
+  arm_recv();
+}
+
+int QueuePair::submit(IoRequest& req) noexcept {
+  if (state_ != QpState::live) [[unlikely]] return -ENOTCONN;
+  const uint32_t len = req.data_len;
+  if (len > max_transfer_) [[unlikely]] return -EINVAL;
+  Dir dir = Dir::none;
+  if (len) {
+    if (is_host_to_controller(req.cmd)) dir = Dir::to_controller;
+    else if (is_controller_to_host(req.cmd)) dir = Dir::from_controller;
+    else return -EINVAL;  // bidirectional or no-data opcode with a buffer
+    if (!req.data) return -EINVAL;
+  }
+  if (free_top_ == 0) [[unlikely]] return -EAGAIN;
+  const uint16_t cid = free_[--free_top_];
+  Slot& s = slots_[cid];
+  s.req = &req;
+  s.phase = Phase::active;
+  s.dir = dir;
+  s.work = SendWork::capsule;
+  s.in_capsule = dir == Dir::to_controller && len <= in_capsule_;
+  s.h2c_off = s.h2c_left = s.r2t_next = s.c2h_next = 0;
+  req.cmd.cid = cid;
+  req.submit_ns = reactor_.now_ns();
+
+  const uint32_t icd = s.in_capsule ? len : 0;
+  set_sgl(req.cmd, s.in_capsule ? sgl::kDataBlockOffset : sgl::kTransportDataBlock, 0, len);
+  CapsuleCmd cap;
+  fill_capsule_cmd(cap, req.cmd, icd, send_neg_);
+  std::memcpy(s.hdr, &cap, sizeof cap);
+  uint32_t end = sizeof cap;
+  if (send_neg_.hdgst) {
+    const uint32_t c = header_digest(s.hdr, sizeof cap);
+    std::memcpy(s.hdr + end, &c, sizeof c);
+    end += kDigestLen;
+  }
+  if (icd) {
+    std::memset(s.hdr + end, 0, cap.ch.pdo - end);  // CPDA padding
+    end = cap.ch.pdo;
+    if (send_neg_.ddgst) s.ddgst = nvmeof::detail::crc32c(req.data, len);
+  }
+  s.hdr_len = end;
+  ++outstanding_;
+  enqueue(cid);
+  return 0;
+}
+
+void QueuePair::enqueue(uint16_t cid) noexcept {
+  Slot& s = slots_[cid];
+  s.queued = true;
+  s.next = kNil;
+  if (sendq_tail_ == kNil) sendq_head_ = cid;
+  else slots_[sendq_tail_].next = cid;
+  sendq_tail_ = cid;
+}
+
+void QueuePair::unlink(uint16_t cid) noexcept {
+  uint16_t prev = kNil;
+  for (uint16_t i = sendq_head_; i != kNil; prev = i, i = slots_[i].next) {
+    if (i != cid) continue;
+    if (prev == kNil) sendq_head_ = slots_[i].next;
+    else slots_[prev].next = slots_[i].next;
+    if (sendq_tail_ == cid) sendq_tail_ = prev;
+    break;
+  }
+  slots_[cid].queued = false;
+  slots_[cid].next = kNil;
+}
+
+int QueuePair::poll_fn(void* self) noexcept { return static_cast<QueuePair*>(self)->flush(); }
+
+// Gathers every queued PDU (up to the iovec and header-arena limits) into one SENDMSG.
+int QueuePair::flush() noexcept {
+  if (state_ != QpState::live) return 0;
+  IoCore& c = *core_;
+  int work = 0;
+  if (!c.recv_armed) arm_recv();
+  if (c.send_active) {
+    if (!c.send_in_kernel && submit_batch()) ++work;  // an SQE was missing last turn
+    return work;
+  }
+  if (sendq_head_ == kNil) return work;
+
+  c.iov_count = c.iov_start = c.arena_used = c.batch_count = 0;
+  const bool dd = send_neg_.ddgst;
+  auto push = [&c](const void* p, size_t n) {
+    c.iov[c.iov_count].iov_base = const_cast<void*>(p);
+    c.iov[c.iov_count].iov_len = n;
+    ++c.iov_count;
+  };
+  while (sendq_head_ != kNil) {
+    const uint16_t cid = sendq_head_;
+    Slot& s = slots_[cid];
+    IoRequest& req = *s.req;
+    bool done_with_slot = true;
+    if (s.work == SendWork::capsule) {
+      const bool data = s.in_capsule && req.data_len;
+      if (c.iov_count + 1 + (data ? 1 + dd : 0) > kMaxIov) break;
+      push(s.hdr, s.hdr_len);
+      if (data) {
+        push(req.data, req.data_len);
+        if (dd) push(&s.ddgst, kDigestLen);
+      }
+    } else {
+      bool progressed = false;
+      while (s.h2c_left > 0 && c.iov_count + 2 + dd <= kMaxIov && c.arena_used < kArenaEntries) {
+        const uint32_t len = std::min(s.h2c_left, session_.maxh2cdata);
+        IoCore::ArenaEntry& e = c.arena[c.arena_used++];
+        DataHeader dh;
+        fill_h2c_data(dh, cid, s.ttag, s.h2c_off, len, len == s.h2c_left, send_neg_);
+        std::memcpy(e.hdr, &dh, sizeof dh);
+        uint32_t end = sizeof dh;
+        if (send_neg_.hdgst) {
+          const uint32_t h = header_digest(e.hdr, sizeof dh);
+          std::memcpy(e.hdr + end, &h, sizeof h);
+          end += kDigestLen;
+        }
+        std::memset(e.hdr + end, 0, dh.ch.pdo - end);
+        const uint8_t* src = static_cast<const uint8_t*>(req.data) + s.h2c_off;
+        push(e.hdr, dh.ch.pdo);
+        push(src, len);
+        if (dd) {
+          e.ddgst = nvmeof::detail::crc32c(src, len);
+          push(&e.ddgst, kDigestLen);
+        }
+        s.h2c_off += len;
+        s.h2c_left -= len;
+        progressed = true;
+      }
+      if (!progressed) break;
+      done_with_slot = s.h2c_left == 0;
+    }
+    if (!s.in_batch) {
+      s.in_batch = true;
+      c.batch[c.batch_count++] = cid;
+    }
+    if (!done_with_slot) break;  // out of room: the rest of this R2T goes in the next batch
+    sendq_head_ = s.next;
+    if (sendq_head_ == kNil) sendq_tail_ = kNil;
+    s.queued = false;
+    s.next = kNil;
+  }
+  if (c.iov_count == 0) return work;
+  c.send_active = true;
+  submit_batch();
+  return work + 1;
+}
+
+bool QueuePair::submit_batch() noexcept {
+  IoCore& c = *core_;
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  if (!sqe) return false;  // flush() retries on the next turn
+  c.msg = msghdr{};
+  c.msg.msg_iov = c.iov + c.iov_start;
+  c.msg.msg_iovlen = c.iov_count - c.iov_start;
+  io_uring_prep_sendmsg(sqe, c.fd, &c.msg, MSG_NOSIGNAL);
+  io_uring_sqe_set_data(sqe, &c.send_h);
+  ++c.inflight;
+  c.send_in_kernel = true;
+  return true;
+}
+
+void QueuePair::on_send(const io_uring_cqe& cqe) noexcept {
+  IoCore& c = *core_;
+  if (state_ != QpState::live) {
+    batch_done();
+    if (c.inflight == 0) finish_teardown();
+    return;
+  }
+  if (cqe.res < 0) {
+    if (cqe.res == -EAGAIN || cqe.res == -EINTR) {
+      submit_batch();
+      return;
+    }
+    fail(detail::socket_error(-cqe.res), "send failed");
+    return;
+  }
+  // A short send: skip what went out and send the rest, still the only send in flight.
+  c.iov_start = advance_iov(c.iov, c.iov_start, c.iov_count, static_cast<size_t>(cqe.res));
+  if (c.iov_start < c.iov_count) {
+    submit_batch();
+    return;
+  }
+  batch_done();
+}
+
+void QueuePair::batch_done() noexcept {
+  IoCore& c = *core_;
+  c.send_active = false;
+  const unsigned count = c.batch_count;
+  c.batch_count = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    const uint16_t cid = c.batch[i];
+    Slot& s = slots_[cid];
+    s.in_batch = false;
+    if (s.phase == Phase::answered && state_ == QpState::live) release(cid, s.cqe);
+  }
+}
+
+void QueuePair::arm_recv() noexcept {
+  IoCore& c = *core_;
+  if (c.recv_armed || state_ != QpState::live) return;
+  io_uring_sqe* sqe = reactor_.get_sqe();
+  if (!sqe) return;  // flush() retries on the next turn
+  io_uring_prep_recv(sqe, c.fd, c.rbuf.get(), c.rbuf_len, 0);
+  io_uring_sqe_set_data(sqe, &c.recv_h);
+  c.recv_armed = true;
+  ++c.inflight;
+}
+
+void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
+  IoCore& c = *core_;
+  if (state_ != QpState::live) {
+    if (c.inflight == 0) finish_teardown();
+    return;
+  }
+  if (cqe.res <= 0) {
+    if (cqe.res == -EAGAIN || cqe.res == -EINTR) {
+      arm_recv();
+    } else if (cqe.res == 0) {
+      fail(make_error_code(Errc::connection_closed),
+           reader_.at_boundary() ? "between PDUs" : "in the middle of a PDU");
+    } else {
+      fail(detail::socket_error(-cqe.res), std::strerror(-cqe.res));
+    }
+    return;
+  }
+  RecvSink sink{*this};
+  fail_detail_ = nullptr;
+  Errc err = Errc::ok;
+  reader_.consume(c.rbuf.get(), static_cast<size_t>(cqe.res), sink, err);
+  if (state_ != QpState::live) {
+    // A completion callback closed the pair, or a handler failed it.
+    if (c.inflight == 0) finish_teardown();
+    return;
+  }
+  if (err != Errc::ok) {
+    fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
+    return;
+  }
+  arm_recv();
+}
+
+Errc QueuePair::on_header(const uint8_t* hdr, const HeaderCheck&, uint8_t*& dst) noexcept {
+  dst = nullptr;
+  switch (static_cast<PduType>(hdr[0])) {
+    case PduType::capsule_resp:
+    case PduType::r2t:
+      return Errc::ok;
+    case PduType::c2h_term_req: {
+      fail_detail_ = "controller sent C2HTermReq";
+      return Errc::peer_terminated;
+    }
+    case PduType::c2h_data: {
+      DataHeader d;
+      std::memcpy(&d, hdr, sizeof d);
+      if (d.cccid >= cfg_.depth || slots_[d.cccid].phase != Phase::active) {
+        fail_detail_ = "C2HData for an unknown CID";
+        return Errc::protocol_error;
+      }
+      Slot& s = slots_[d.cccid];
+      if (s.dir != Dir::from_controller) {
+        fail_detail_ = "C2HData for a command that reads no data";
+        return Errc::protocol_error;
+      }
+      if (static_cast<uint64_t>(d.datao) + d.datal > s.req->data_len) {
+        fail_detail_ = "C2HData out of the command's range";
+        return Errc::malformed_pdu;
+      }
+      if (d.datao != s.c2h_next) {
+        fail_detail_ = "C2HData out of order";
+        return Errc::protocol_error;
+      }
+      dst = static_cast<uint8_t*>(s.req->data) + d.datao;
+      return Errc::ok;
+    }
+    default:
+      fail_detail_ = "unexpected PDU type";
+      return Errc::protocol_error;
+  }
+}
+
+Errc QueuePair::on_pdu(const uint8_t* hdr, const HeaderCheck&) noexcept {
+  switch (static_cast<PduType>(hdr[0])) {
+    case PduType::capsule_resp: {
+      CapsuleResp r;
+      std::memcpy(&r, hdr, sizeof r);
+      const uint16_t cid = r.cqe.cid;
+      if (cid >= cfg_.depth || slots_[cid].phase != Phase::active) {
+        fail_detail_ = "CapsuleResp for an unknown CID";
+        return Errc::protocol_error;
+      }
+      Slot& s = slots_[cid];
+      if (s.queued) {
+        if (s.work == SendWork::capsule) {
+          fail_detail_ = "CapsuleResp for a command not sent yet";
+          return Errc::protocol_error;
+        }
+        unlink(cid);  // the controller gave up on the write: its remaining data is moot
+      }
+      complete(cid, r.cqe);
+      break;
+    }
+    case PduType::c2h_data: {
+      DataHeader d;
+      std::memcpy(&d, hdr, sizeof d);
+      Slot& s = slots_[d.cccid];
+      s.c2h_next += d.datal;
+      if (d.ch.flags & pdu_flag::kSuccess) {
+        if (!(d.ch.flags & pdu_flag::kLastPdu)) {
+          fail_detail_ = "C2HData SUCCESS without LAST_PDU";
+          return Errc::malformed_pdu;
+        }
+        if (s.c2h_next != s.req->data_len) {
+          fail_detail_ = "C2HData SUCCESS before all data arrived";
+          return Errc::protocol_error;
+        }
+        Cqe cqe{};
+        cqe.cid = d.cccid;
+        complete(d.cccid, cqe);
+      }
+      break;
+    }
+    case PduType::r2t: {
+      R2t r;
+      std::memcpy(&r, hdr, sizeof r);
+      if (const Errc e = on_r2t(r); e != Errc::ok) return e;
+      break;
+    }
+    default:
+      break;
+  }
+  // A completion callback may have closed the pair: stop parsing.
+  return state_ == QpState::live ? Errc::ok : Errc::not_connected;
+}
+
+Errc QueuePair::on_r2t(const R2t& r) noexcept {
+  if (r.cccid >= cfg_.depth || slots_[r.cccid].phase != Phase::active) {
+    fail_detail_ = "R2T for an unknown CID";
+    return Errc::protocol_error;
+  }
+  Slot& s = slots_[r.cccid];
+  if (s.dir != Dir::to_controller || s.in_capsule || s.queued) {
+    fail_detail_ = "R2T for a command that expects none";
+    return Errc::protocol_error;
+  }
+  if (s.h2c_left != 0) {
+    fail_detail_ = "R2T while the previous one is still being served";
+    return Errc::protocol_error;
+  }
+  if (r.r2tl == 0 || r.r2to != s.r2t_next ||
+      static_cast<uint64_t>(r.r2to) + r.r2tl > s.req->data_len) {
+    fail_detail_ = "R2T offset or length out of range";
+    return Errc::malformed_pdu;
+  }
+  s.ttag = r.ttag;
+  s.h2c_off = r.r2to;
+  s.h2c_left = r.r2tl;
+  s.r2t_next = r.r2to + r.r2tl;
+  s.work = SendWork::h2c;
+  enqueue(r.cccid);
+  return Errc::ok;
+}
+
+void QueuePair::complete(uint16_t cid, const Cqe& cqe) noexcept {
+  Slot& s = slots_[cid];
+  if (s.in_batch) {
+    s.phase = Phase::answered;
+    s.cqe = cqe;
+    return;
+  }
+  release(cid, cqe);
+}
+
+void QueuePair::release(uint16_t cid, const Cqe& cqe) noexcept {
+  Slot& s = slots_[cid];
+  IoRequest* req = s.req;
+  s.req = nullptr;
+  s.phase = Phase::free;
+  s.queued = s.in_batch = false;
+  s.next = kNil;
+  free_[free_top_++] = cid;
+  --outstanding_;
+  // The slot is free before the callback runs, so the callback can submit again.
+  if (req->on_complete) req->on_complete(*req, cqe);
+}
+
+void QueuePair::close() noexcept {
+  if (state_ == QpState::connecting) {
+    state_ = QpState::closed;
+    error_ = errno_code(ECANCELED);
+    return;  // never started: nothing in flight; the destructor closes the socket
+  }
+  fail(errno_code(ECANCELED), nullptr);
+}
+
+void QueuePair::fail(std::error_code why, const char* detail) noexcept {
+  if (state_ != QpState::live) return;
+  state_ = QpState::failed;
+  error_ = why;
+  if (detail)
+    std::fprintf(stderr, "nvmeof: %s: %s: %s\n", label_.c_str(), why.message().c_str(), detail);
+  IoCore& c = *core_;
+  // Wakes any pending receive (returns 0) and send (EPIPE); the cancellations cover a kernel
+  // that has not yet picked the operations up. The descriptor itself is closed only once
+  // nothing is in flight, so its number cannot be reused under a pending operation.
+  ::shutdown(c.fd, SHUT_RDWR);
+  auto cancel = [this](IoHandler* h) {
+    if (io_uring_sqe* sqe = reactor_.get_sqe()) {
+      io_uring_prep_cancel(sqe, h, 0);
+      io_uring_sqe_set_data(sqe, nullptr);
+    }
+  };
+  if (c.recv_armed) cancel(&c.recv_h);
+  if (c.send_in_kernel) cancel(&c.send_h);
+  if (listener_) listener_->on_queue_failed(*this, why);
+  if (c.inflight == 0) finish_teardown();
+}
+
+void QueuePair::finish_teardown() noexcept {
+  if (draining_ || state_ == QpState::closed) return;
+  draining_ = true;
+  if (core_ && core_->qp == this && core_->inflight == 0 && core_->fd >= 0) {
+    ::close(core_->fd);
+    core_->fd = -1;
+  }
+  sendq_head_ = sendq_tail_ = kNil;
+  if (core_) core_->send_active = false;
+  for (uint32_t cid = 0; cid < cfg_.depth; ++cid) {
+    if (slots_[cid].phase != Phase::free) release(static_cast<uint16_t>(cid), host_path_error_cqe(static_cast<uint16_t>(cid)));
+  }
+  state_ = QpState::closed;
+  draining_ = false;
+}
+
+}  // namespace nvmeof::tcp

@@ -1,0 +1,176 @@
+// The host side of an NVMe/TCP queue pair over an io_uring socket driven by a Reactor.
+//
+// Set-up (connect()) blocks the calling thread up to the connect timeout: TCP connect, ICReq /
+// ICResp, Fabrics Connect. start() then hands the socket to the reactor. From then on the pair
+// is driven by its reactor only: submit() queues a capsule in a per-command header slot, a
+// reactor poller gathers every queued PDU into one IORING_OP_SENDMSG per turn (one send in
+// flight per socket keeps the byte stream ordered), and one IORING_OP_RECV into a pair-owned
+// staging buffer feeds the shared PduReader, which copies C2H data into the request's buffer.
+//
+// Threading: connect() on any thread; everything else on the reactor's thread. Completion
+// callbacks and the listener run inline on that thread; they may submit() and close(), but must
+// not destroy the pair (post the destruction to the reactor instead).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "nvmeof/controller.hpp"
+#include "nvmeof/queue_pair.hpp"
+#include "nvmeof/reactor.hpp"
+#include "transport/tcp/pdu.hpp"
+
+namespace nvmeof::tcp {
+
+inline constexpr uint32_t kMaxQueueDepth = 1024;
+/// In-capsule data the admin queue accepts (NVMe/TCP: 8 KiB on the admin queue).
+inline constexpr uint32_t kAdminInCapsuleData = 8192;
+/// Transfer cap when the controller reports no MDTS.
+inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
+inline constexpr uint16_t kAdminCntlid = 0xffff;
+
+struct QpConfig {
+  std::string traddr = "127.0.0.1";
+  std::string trsvcid = "4420";
+  std::string host_iface;  ///< optional SO_BINDTODEVICE (needs CAP_NET_RAW)
+  uint16_t qid = 0;
+  uint32_t depth = 32;     ///< 1..kMaxQueueDepth commands outstanding; SQSIZE = depth - 1
+  uint32_t kato_ms = 0;    ///< admin queue only
+  uint16_t cntlid = kAdminCntlid;  ///< kAdminCntlid for the admin queue, else the admin's CNTLID
+  std::string subnqn;
+  std::string hostnqn;
+  std::array<uint8_t, 16> hostid{};
+  Digest digest = Digest::none;
+  /// Bytes of write data sent inside the capsule (IOCCSZ - 64); larger writes wait for R2T.
+  /// 0 on the admin queue means kAdminInCapsuleData.
+  uint32_t in_capsule_data = 0;
+  uint32_t max_transfer = 0;  ///< MDTS in bytes; 0 means kDefaultMaxTransfer
+  uint32_t recv_buffer = 256u << 10;  ///< staging buffer for IORING_OP_RECV
+  std::chrono::milliseconds connect_timeout{3000};
+  /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
+  std::function<void()> on_destroy;
+};
+
+/// What ICResp and the Connect response settled.
+struct Session {
+  bool hdgst = false;
+  bool ddgst = false;
+  uint8_t cpda = 0;
+  uint32_t maxh2cdata = 0;
+  uint16_t cntlid = 0;  ///< from the Connect response (DW0 15:0)
+};
+
+/// Consumes `sent` bytes from iov[start..count): whole entries are skipped, a partly sent one is
+/// trimmed in place. Returns the new start (== count when everything went out).
+inline unsigned advance_iov(iovec* iov, unsigned start, unsigned count, size_t sent) noexcept {
+  while (sent > 0 && start < count) {
+    if (sent >= iov[start].iov_len) {
+      sent -= iov[start].iov_len;
+      ++start;
+    } else {
+      iov[start].iov_base = static_cast<uint8_t*>(iov[start].iov_base) + sent;
+      iov[start].iov_len -= sent;
+      sent = 0;
+    }
+  }
+  // Zero-length entries left at the front carry nothing to send.
+  while (start < count && iov[start].iov_len == 0) ++start;
+  return start;
+}
+
+class QueuePair final : public nvmeof::QueuePair {
+ public:
+  /// Blocking set-up bounded by cfg.connect_timeout. Returns the pair in QpState::connecting;
+  /// call start() on the reactor's thread to make it live. Errors: invalid_argument (depth,
+  /// address), connection_refused, timeout, malformed_pdu / protocol_error / peer_terminated /
+  /// header_digest_error (bad ICResp or Connect response), unsupported (PFV, digests the
+  /// controller refused), an nvme_category() status when the controller rejects Connect, errno
+  /// codes (socket, SO_BINDTODEVICE). Each failure logs one line to stderr.
+  static Result<std::unique_ptr<QueuePair>> connect(Reactor& reactor, const QpConfig& cfg);
+
+  /// Closes the pair and, on the reactor thread, polls the reactor until no socket operation is
+  /// in flight (bounded to 2 s; past that the I/O buffers are left to the kernel and freed when
+  /// its completions arrive). Every outstanding request has completed when it returns.
+  ~QueuePair() override;
+
+  /// Reactor thread: registers the send poller and arms the first receive; state becomes live.
+  void start() noexcept;
+
+  int submit(IoRequest& req) noexcept override;
+  /// The pair fails with errno ECANCELED (system category) unless it already failed.
+  void close() noexcept override;
+  QpState state() const noexcept override { return state_; }
+  std::error_code error() const noexcept override { return error_; }
+  uint16_t qid() const noexcept override { return cfg_.qid; }
+  uint32_t depth() const noexcept override { return cfg_.depth; }
+  uint32_t outstanding() const noexcept override { return outstanding_; }
+  uint32_t max_transfer() const noexcept override { return max_transfer_; }
+
+  const Session& session() const noexcept { return session_; }
+  /// Socket operations the kernel may still complete (diagnostics, tests).
+  int inflight_ops() const noexcept;
+  /// "tcp 127.0.0.1:4420 qid 1", the prefix of this pair's log lines.
+  const std::string& label() const noexcept { return label_; }
+
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+
+ private:
+  struct Slot;
+  struct IoCore;
+  struct RecvSink;
+  friend struct RecvSink;
+
+  QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s, std::string label);
+
+  static int poll_fn(void* self) noexcept;
+  int flush() noexcept;
+  void arm_recv() noexcept;
+  bool submit_batch() noexcept;
+  void on_recv(const io_uring_cqe& cqe) noexcept;
+  void on_send(const io_uring_cqe& cqe) noexcept;
+  void batch_done() noexcept;
+  void fail(std::error_code why, const char* detail) noexcept;
+  void finish_teardown() noexcept;
+  void complete(uint16_t cid, const Cqe& cqe) noexcept;
+  void release(uint16_t cid, const Cqe& cqe) noexcept;
+  void enqueue(uint16_t cid) noexcept;
+  void unlink(uint16_t cid) noexcept;
+
+  // PduReader callbacks.
+  Errc on_header(const uint8_t* hdr, const HeaderCheck& hc, uint8_t*& dst) noexcept;
+  Errc on_pdu(const uint8_t* hdr, const HeaderCheck& hc) noexcept;
+  Errc on_r2t(const R2t& r) noexcept;
+
+  Reactor& reactor_;
+  QpConfig cfg_;
+  Session session_;
+  std::string label_;
+  QpState state_ = QpState::connecting;
+  std::error_code error_;
+  uint32_t in_capsule_ = 0;
+  uint32_t max_transfer_ = 0;
+  uint32_t outstanding_ = 0;
+  bool poller_added_ = false;
+  bool draining_ = false;
+
+  Negotiated send_neg_{};  // digests + CPDA for PDUs we send
+  PduReader reader_;
+  const char* fail_detail_ = "";
+
+  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<uint16_t[]> free_;
+  uint32_t free_top_ = 0;
+  uint16_t sendq_head_;
+  uint16_t sendq_tail_;
+
+  IoCore* core_ = nullptr;  // outlives the pair while the kernel still holds its operations
+};
+
+}  // namespace nvmeof::tcp

@@ -1,0 +1,60 @@
+// Admin commands on a kernel controller's char device /dev/nvmeX, through the
+// NVME_IOCTL_ADMIN_CMD ioctl. This is the control path (Identify, ANA log at connect and on
+// change), so one blocking system call per command is the simple and right tool; the data path
+// uses io_uring passthrough (queue_pair.hpp).
+//
+// Needs CAP_SYS_ADMIN (the kernel's rule for admin passthrough).
+// Threading: every function blocks its caller and shares no state; call from the control
+// thread (or any thread that may block).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nvmeof/command.hpp"
+#include "nvmeof/identify.hpp"
+#include "nvmeof/status.hpp"
+
+namespace nvmeof::uring {
+
+/// An open /dev/nvmeX. Move-only; closes the descriptor when destroyed.
+class AdminDevice {
+ public:
+  /// Opens `path` (e.g. "/dev/nvme0") read-only. Errors: errno codes from open (ENOENT,
+  /// EACCES).
+  static Result<AdminDevice> open(const std::string& path);
+
+  AdminDevice(AdminDevice&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  AdminDevice& operator=(AdminDevice&& o) noexcept;
+  AdminDevice(const AdminDevice&) = delete;
+  AdminDevice& operator=(const AdminDevice&) = delete;
+  ~AdminDevice();
+
+  /// Runs `cmd` (opcode, nsid, CDW2-3, CDW10-15 taken as is) moving `len` bytes to or from
+  /// `data` (direction from the opcode). Blocks until the command completes; the kernel's
+  /// admin timeout, or `timeout` when not zero, bounds the wait. Returns DW0 of the completion.
+  /// Errors: an nvme_category() code with the raw status when the controller (or the kernel on
+  /// its behalf: host pathing error while the controller is not live) fails the command; errno
+  /// codes from the ioctl (EPERM without CAP_SYS_ADMIN, EINTR when the command timed out or
+  /// was cancelled, ENOTTY on a device that is not an NVMe controller).
+  Result<uint32_t> run(const Sqe& cmd, void* data, uint32_t len,
+                       std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) const;
+
+  /// Identify Controller, parsed. Errors: those of run(), and of parse_identify_controller().
+  Result<ControllerInfo> identify_controller() const;
+  /// Identify Namespace `nsid`, parsed. Errors: those of run() and parse_identify_namespace().
+  Result<NamespaceInfo> identify_namespace(uint32_t nsid) const;
+  /// The ANA log page (0x0C) with NSID lists, up to `max_bytes` of it, parsed. Errors: those of
+  /// run(), short_data when the page is longer than `max_bytes` says it may be.
+  Result<AnaLog> ana_log(uint32_t max_bytes = 16384) const;
+
+  int fd() const noexcept { return fd_; }
+
+ private:
+  explicit AdminDevice(int fd) noexcept : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace nvmeof::uring

@@ -1,0 +1,355 @@
+#include "transport/uring/queue_pair.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <linux/nvme_ioctl.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace nvmeof::uring {
+namespace {
+
+constexpr auto kDrainBound = std::chrono::seconds(2);
+// The command area of a 128-byte SQE: bytes 48..127.
+constexpr size_t kCmdArea = 80;
+static_assert(offsetof(io_uring_sqe, cmd) + kCmdArea == 128);
+static_assert(sizeof(nvme_uring_cmd) <= kCmdArea);
+
+uint64_t bound_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainBound).count());
+}
+
+uint64_t read_sysfs_u64(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t v = 0;
+  if (!(in >> v)) return 0;
+  return v;
+}
+
+// The block queue limits of the path behind /dev/ngXnY live under its block twin nvmeXnY.
+uint32_t transfer_limit(const std::string& device, const std::string& sysfs_root) {
+  std::string base = device.substr(device.find_last_of('/') + 1);
+  if (base.rfind("ng", 0) != 0) return kDefaultMaxTransfer;
+  base = "nvme" + base.substr(2);
+  const std::string q = sysfs_root + "/block/" + base + "/queue/";
+  const uint64_t kb = read_sysfs_u64(q + "max_hw_sectors_kb");
+  const uint64_t segs = read_sysfs_u64(q + "max_segments");
+  if (kb == 0) return kDefaultMaxTransfer;
+  uint64_t limit = kb * 1024;
+  // A user buffer maps page by page; a non-contiguous one needs a segment per page.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (segs) limit = std::min(limit, segs * page);
+  return static_cast<uint32_t>(std::min<uint64_t>(limit, kMaxTransferCap));
+}
+
+bool is_host_path_status(NvmeStatus s) {
+  // 70h host pathing error, 71h aborted by host: the kernel's answers while its controller is
+  // not live.
+  return s.sct() == Sct::path && (s.sc() == 0x70 || s.sc() == 0x71);
+}
+
+// nvme-tcp sends on its socket from the thread that submits when it can, without MSG_NOSIGNAL,
+// so a broken connection raises SIGPIPE in our reactor thread. Only a default disposition is
+// changed; a handler the program installed stays.
+void ignore_sigpipe() {
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  ::sigaction(SIGPIPE, &ign, nullptr);
+}
+
+}  // namespace
+
+// Everything the kernel may touch while commands are in flight: the ring (and through its SQEs
+// the requests' buffers), the device and the eventfd whose read waits on the reactor's ring.
+// Threading: reactor thread only. It normally dies with the pair; a pair destroyed with
+// commands still in the kernel leaves it orphaned (qp == nullptr), and it frees itself once
+// the last completion and the pending eventfd read are back.
+struct QueuePair::Core {
+  struct WakeHandler : IoHandler {
+    Core* core = nullptr;
+  };
+  WakeHandler wake_h;
+  Reactor* reactor = nullptr;
+  QueuePair* qp = nullptr;
+  io_uring ring{};
+  bool ring_ok = false;
+  int fd = -1;
+  int efd = -1;
+  uint64_t efd_buf = 0;
+  bool wake_armed = false;  // an eventfd read is pending on the reactor's ring
+  uint32_t inflight = 0;    // requests handed to the ring (queued or in the kernel)
+
+  ~Core() {
+    if (ring_ok) io_uring_queue_exit(&ring);
+    if (efd >= 0) ::close(efd);
+    if (fd >= 0) ::close(fd);
+  }
+
+  void arm_wake() noexcept {
+    if (wake_armed) return;
+    io_uring_sqe* sqe = reactor->get_sqe();
+    if (!sqe) return;  // the next turn retries
+    io_uring_prep_read(sqe, efd, &efd_buf, sizeof efd_buf, 0);
+    io_uring_sqe_set_data(sqe, &wake_h);
+    wake_armed = true;
+  }
+
+  // Orphaned: completions only count down; their requests belong to nobody any more.
+  void orphan_step() noexcept {
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe) {
+      io_uring_cqe_seen(&ring, cqe);
+      --inflight;
+    }
+    if (io_uring_sq_ready(&ring)) io_uring_submit(&ring);
+    if (inflight > 0) {
+      // Without a free reactor SQE the core stays allocated: freeing the ring now would
+      // release buffers the kernel may still write.
+      arm_wake();
+      return;
+    }
+    if (!wake_armed) delete this;
+  }
+};
+
+Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpConfig& cfg) {
+  const std::string label = "uring " + cfg.device;
+  if (cfg.device.empty() || cfg.depth == 0 || cfg.depth > kMaxQueueDepth) {
+    std::fprintf(stderr, "nvmeof: %s: invalid device or queue depth %u\n", label.c_str(),
+                 cfg.depth);
+    return Errc::invalid_argument;
+  }
+  ignore_sigpipe();
+  auto core = std::make_unique<Core>();
+  core->reactor = &reactor;
+  core->fd = ::open(cfg.device.c_str(), O_RDWR | O_CLOEXEC);
+  if (core->fd < 0) {
+    const int e = errno;
+    std::fprintf(stderr, "nvmeof: %s: open: %s\n", label.c_str(), std::strerror(e));
+    return errno_code(e);
+  }
+  const int id = ::ioctl(core->fd, NVME_IOCTL_ID);
+  if (id < 0) {
+    const int e = errno;
+    std::fprintf(stderr, "nvmeof: %s: NVME_IOCTL_ID: %s\n", label.c_str(), std::strerror(e));
+    return errno_code(e);
+  }
+
+  io_uring_params p{};
+  // No COOP_TASKRUN here: passthrough completions arrive as task work, and only the default
+  // notification interrupts a thread that sleeps on the reactor's ring.
+  p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_CQSIZE;
+  p.cq_entries = cfg.depth * 2;
+  int r = io_uring_queue_init_params(cfg.depth, &core->ring, &p);
+  if (r < 0) {
+    std::fprintf(stderr, "nvmeof: %s: io_uring set-up (SQE128|CQE32): %s\n", label.c_str(),
+                 std::strerror(-r));
+    return errno_code(-r);
+  }
+  core->ring_ok = true;
+  r = io_uring_register_files(&core->ring, &core->fd, 1);
+  if (r < 0) {
+    std::fprintf(stderr, "nvmeof: %s: register file: %s\n", label.c_str(), std::strerror(-r));
+    return errno_code(-r);
+  }
+  // Blocking on purpose: io_uring fails a read of an O_NONBLOCK eventfd with EAGAIN.
+  core->efd = ::eventfd(0, EFD_CLOEXEC);
+  if (core->efd < 0) return errno_code(errno);
+  r = io_uring_register_eventfd(&core->ring, core->efd);
+  if (r < 0) {
+    std::fprintf(stderr, "nvmeof: %s: register eventfd: %s\n", label.c_str(), std::strerror(-r));
+    return errno_code(-r);
+  }
+  core->wake_h.core = core.get();
+  core->wake_h.fn = [](IoHandler* h, const io_uring_cqe&) noexcept {
+    Core* c = static_cast<Core::WakeHandler*>(h)->core;
+    c->wake_armed = false;
+    // Attached: the pair's poller reaps in this same reactor turn.
+    if (!c->qp) c->orphan_step();
+  };
+
+  const uint32_t max = cfg.max_transfer ? cfg.max_transfer : transfer_limit(cfg.device, cfg.sysfs_root);
+  return std::unique_ptr<QueuePair>(
+      new QueuePair(reactor, cfg, core.release(), static_cast<uint32_t>(id), max));
+}
+
+QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, Core* core, uint32_t nsid,
+                     uint32_t max_transfer)
+    : reactor_(reactor),
+      cfg_(cfg),
+      label_("uring " + cfg.device),
+      nsid_(nsid),
+      max_transfer_(max_transfer),
+      core_(core) {
+  core_->qp = this;
+}
+
+QueuePair::~QueuePair() {
+  close();
+  uint64_t deadline = Reactor::clock_ns() + bound_ns();
+  while (core_->inflight > 0 && Reactor::clock_ns() < deadline)
+    reactor_.poll(std::chrono::milliseconds(1));
+  if (poller_added_) reactor_.remove_poller(&QueuePair::poll_fn, this);
+  Core* c = core_;
+  core_ = nullptr;
+  c->qp = nullptr;
+  if (c->inflight > 0) {
+    std::fprintf(stderr, "nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
+                 label_.c_str(), c->inflight);
+    c->orphan_step();  // frees itself once they are back
+    return;
+  }
+  if (c->wake_armed) {
+    // Completes the pending read so the reactor's ring lets go of the handler.
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(c->efd, &one, sizeof one);
+    deadline = Reactor::clock_ns() + bound_ns();
+    while (c->wake_armed && Reactor::clock_ns() < deadline)
+      reactor_.poll(std::chrono::milliseconds(1));
+    if (c->wake_armed) return;  // the handler frees the core when the read completes
+  }
+  delete c;
+}
+
+void QueuePair::start() noexcept {
+  if (state_ != QpState::connecting) return;
+  state_ = QpState::live;
+  reactor_.add_poller(&QueuePair::poll_fn, this);
+  poller_added_ = true;
+}
+
+uint32_t QueuePair::outstanding() const noexcept { return core_ ? core_->inflight : 0; }
+
+int QueuePair::submit(IoRequest& req) noexcept {
+  if (state_ != QpState::live) [[unlikely]] return -ENOTCONN;
+  const uint32_t len = req.data_len;
+  if (len > max_transfer_) [[unlikely]] return -EINVAL;
+  if (len) {
+    if (!req.data) return -EINVAL;
+    if (!is_host_to_controller(req.cmd) && !is_controller_to_host(req.cmd)) return -EINVAL;
+  }
+  Core& c = *core_;
+  if (c.inflight >= cfg_.depth) [[unlikely]] return -EAGAIN;
+  io_uring_sqe* sqe = io_uring_get_sqe(&c.ring);
+  if (!sqe) [[unlikely]] return -EAGAIN;
+
+  req.cmd.cid = next_cid_++;
+  req.submit_ns = reactor_.now_ns();
+  // prep_rw fills the first 64 bytes (off = 0 clears cmd_op's word); the command area past
+  // them is left as the ring slot was, so it is cleared as a whole before the command goes in.
+  io_uring_prep_rw(IORING_OP_URING_CMD, sqe, 0, nullptr, 0, 0);
+  io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
+  sqe->cmd_op = NVME_URING_CMD_IO;
+  io_uring_sqe_set_data(sqe, &req);
+  nvme_uring_cmd cmd{};
+  cmd.opcode = req.cmd.opcode;
+  cmd.flags = 0;
+  cmd.nsid = req.cmd.nsid;
+  cmd.cdw2 = req.cmd.cdw2;
+  cmd.cdw3 = req.cmd.cdw3;
+  cmd.addr = reinterpret_cast<uintptr_t>(req.data);
+  cmd.data_len = len;
+  cmd.cdw10 = req.cmd.cdw10;
+  cmd.cdw11 = req.cmd.cdw11;
+  cmd.cdw12 = req.cmd.cdw12;
+  cmd.cdw13 = req.cmd.cdw13;
+  cmd.cdw14 = req.cmd.cdw14;
+  cmd.cdw15 = req.cmd.cdw15;
+  // The area spans the SQE's second half; addressed from the entry's start because the
+  // zero-length cmd[] member shares a union with 8-byte fields.
+  uint8_t* area = reinterpret_cast<uint8_t*>(sqe) + offsetof(io_uring_sqe, cmd);
+  std::memset(area, 0, kCmdArea);
+  std::memcpy(area, &cmd, sizeof cmd);
+  ++c.inflight;
+  return 0;
+}
+
+void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
+
+void QueuePair::fail(std::error_code why, const char* detail) noexcept {
+  if (state_ == QpState::failed || state_ == QpState::closed) return;
+  state_ = QpState::failed;
+  error_ = why;
+  if (why != std::errc::operation_canceled)
+    std::fprintf(stderr, "nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail,
+                 why.message().c_str());
+  // Commands queued this turn must not reach the device any more (a write after the path was
+  // fenced would be exactly the stale write failover must prevent): they become NOPs, which
+  // complete with kHostPathError like every other outstanding command.
+  Core& c = *core_;
+  const unsigned shift = (c.ring.flags & IORING_SETUP_SQE128) ? 1 : 0;
+  for (unsigned i = c.ring.sq.sqe_head; i != c.ring.sq.sqe_tail; ++i) {
+    io_uring_sqe* sqe = &c.ring.sq.sqes[(i & c.ring.sq.ring_mask) << shift];
+    const uint64_t ud = sqe->user_data;
+    io_uring_prep_nop(sqe);
+    sqe->user_data = ud;
+  }
+  if (listener_) listener_->on_queue_failed(*this, why);
+  if (c.inflight == 0) state_ = QpState::closed;
+}
+
+int QueuePair::poll_fn(void* self) noexcept { return static_cast<QueuePair*>(self)->turn(); }
+
+int QueuePair::turn() noexcept {
+  Core& c = *core_;
+  int n = reap();
+  if (io_uring_sq_ready(&c.ring)) {
+    const int r = io_uring_submit(&c.ring);
+    if (r < 0 && r != -EAGAIN && r != -EBUSY && r != -EINTR) {
+      fail(errno_code(-r), "io_uring_submit");
+    }
+    ++n;
+  }
+  if (c.inflight > 0) c.arm_wake();
+  return n;
+}
+
+int QueuePair::reap() noexcept {
+  Core& c = *core_;
+  int n = 0;
+  io_uring_cqe* cqe = nullptr;
+  // One at a time, advancing before the callback, which may submit or close.
+  while (io_uring_peek_cqe(&c.ring, &cqe) == 0 && cqe) {
+    auto* req = reinterpret_cast<IoRequest*>(static_cast<uintptr_t>(cqe->user_data));
+    const int res = cqe->res;
+    const uint64_t result = cqe->big_cqe[0];
+    io_uring_cqe_seen(&c.ring, cqe);
+    --c.inflight;
+    on_completion(*req, res, result);
+    ++n;
+  }
+  return n;
+}
+
+void QueuePair::on_completion(IoRequest& req, int res, uint64_t result) noexcept {
+  Cqe cqe{};
+  cqe.cid = req.cmd.cid;
+  cqe.sq_id = cfg_.qid;
+  NvmeStatus st = status::kHostPathError;
+  if (res < 0) {
+    fail(errno_code(-res), "passthrough command");
+  } else if (state_ == QpState::live) {
+    st = NvmeStatus{static_cast<uint16_t>(res & 0x7fff)};
+    cqe.dw0 = static_cast<uint32_t>(result);
+    cqe.dw1 = static_cast<uint32_t>(result >> 32);
+    if (is_host_path_status(st)) fail(make_error_code(Errc::not_connected), "controller not live");
+  }
+  cqe.status_field = st.cqe_field();
+  if (state_ == QpState::failed && core_->inflight == 0) state_ = QpState::closed;
+  if (req.on_complete) req.on_complete(req, cqe);
+}
+
+}  // namespace nvmeof::uring

@@ -1,0 +1,122 @@
+// A queue pair over one kernel NVMe path: io_uring passthrough (IORING_OP_URING_CMD with
+// NVME_URING_CMD_IO) on the path's generic char device /dev/ngXnY. Any fabric the kernel host
+// speaks (TCP, RDMA, FC, PCIe) becomes a path of ours this way.
+//
+// A passthrough ring needs IORING_SETUP_SQE128 | IORING_SETUP_CQE32, which the reactor's ring
+// does not have, so each pair owns a small ring of its own. The reactor drives it: a poller
+// submits every command queued during the turn in one system call and reaps the pair's CQEs,
+// and a read of an eventfd registered on the pair's ring stays pending on the reactor's ring, so
+// a reactor blocked in poll() wakes when a passthrough completion arrives.
+//
+// Completions: cqe->res >= 0 is the NVMe status (the 15-bit status field, passed through);
+// big_cqe[0] holds DW0 (low half) and DW1. A negative res is a transport error (-errno): the
+// command completes with status::kHostPathError and the pair fails. A host pathing status the
+// kernel made up itself (SCT 3h, SC 70h/71h: the controller is not live) is passed through and
+// also fails the pair, because every later command on that path would get the same answer.
+//
+// The kernel picks the hardware queue, so qid() is only the label given in QpConfig.
+//
+// Kernel quirk: nvme-tcp may send a command on its socket from the submitting thread, without
+// MSG_NOSIGNAL, so a connection that breaks raises SIGPIPE in the reactor's thread. open() sets
+// SIGPIPE to SIG_IGN when it still has the default disposition (which would kill the process);
+// a program that installed its own handler keeps it.
+//
+// Threading: open() on any thread; everything else on the reactor's thread. Completion callbacks
+// and the listener run inline on that thread; they may submit() and close(), but must not
+// destroy the pair.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nvmeof/queue_pair.hpp"
+#include "nvmeof/reactor.hpp"
+
+namespace nvmeof::uring {
+
+inline constexpr uint32_t kMaxQueueDepth = 4096;
+/// Transfer cap used when sysfs does not tell the path's limits.
+inline constexpr uint32_t kDefaultMaxTransfer = 128u << 10;
+/// Ceiling on the limit read from sysfs (fabrics without MDTS report hundreds of MiB; larger
+/// commands only make the kernel pin and map more pages at once).
+inline constexpr uint32_t kMaxTransferCap = 1u << 20;
+
+struct QpConfig {
+  std::string device;          ///< the path's generic char device, e.g. "/dev/ng0n1"
+  uint32_t depth = 128;        ///< 1..kMaxQueueDepth commands outstanding
+  uint16_t qid = 1;            ///< what qid() reports (the kernel chooses the real queue)
+  /// Largest data length of one command; 0 reads the block queue limits from
+  /// <sysfs_root>/block/nvmeXnY/queue (max_hw_sectors_kb, max_segments) capped at
+  /// kMaxTransferCap, else kDefaultMaxTransfer.
+  uint32_t max_transfer = 0;
+  std::string sysfs_root = "/sys";
+};
+
+class QueuePair final : public nvmeof::QueuePair {
+ public:
+  /// Opens the device, reads its NSID (NVME_IOCTL_ID) and sets up the passthrough ring with the
+  /// device as registered file 0. Returns the pair in QpState::connecting; call start() on the
+  /// reactor's thread. Errors: Errc::invalid_argument (depth, empty device), errno codes from
+  /// open (ENOENT, EACCES), ioctl (ENOTTY: not an NVMe namespace device) and io_uring set-up
+  /// (EINVAL: the kernel lacks SQE128/CQE32, i.e. older than 5.19). Each failure logs one line
+  /// to stderr.
+  static Result<std::unique_ptr<QueuePair>> open(Reactor& reactor, const QpConfig& cfg);
+
+  /// Closes the pair and, on the reactor thread, polls the reactor until every passthrough
+  /// command has completed (the kernel cannot cancel them; its I/O timeout bounds them). Past
+  /// 2 s the ring is orphaned: it stays alive, with the buffers it references, until its last
+  /// completion arrives, and its requests' callbacks no longer run.
+  ~QueuePair() override;
+
+  /// Reactor thread: registers the poller and the completion wake-up; state becomes live.
+  void start() noexcept;
+
+  /// Queues `req` on the passthrough ring (sent at the end of the reactor turn). The command is
+  /// taken as is from req.cmd (opcode, nsid, CDW2-3, CDW10-15); data and data_len give the
+  /// buffer. Returns 0, -ENOTCONN (not live), -EINVAL (data_len > max_transfer(), a buffer on a
+  /// command that moves no data, or no buffer), -EAGAIN (depth commands outstanding).
+  int submit(IoRequest& req) noexcept override;
+  /// The pair fails with errno ECANCELED (system category) unless it already failed. Commands
+  /// still in the kernel complete later, each with status::kHostPathError.
+  void close() noexcept override;
+  QpState state() const noexcept override { return state_; }
+  std::error_code error() const noexcept override { return error_; }
+  uint16_t qid() const noexcept override { return cfg_.qid; }
+  uint32_t depth() const noexcept override { return cfg_.depth; }
+  uint32_t outstanding() const noexcept override;
+  uint32_t max_transfer() const noexcept override { return max_transfer_; }
+
+  /// The namespace ID the kernel reports for the device.
+  uint32_t nsid() const noexcept { return nsid_; }
+  /// "uring /dev/ng0n1", the prefix of this pair's log lines.
+  const std::string& label() const noexcept { return label_; }
+
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+
+ private:
+  struct Core;
+
+  QueuePair(Reactor& reactor, const QpConfig& cfg, Core* core, uint32_t nsid,
+            uint32_t max_transfer);
+
+  static int poll_fn(void* self) noexcept;
+  int turn() noexcept;
+  int reap() noexcept;
+  void on_completion(IoRequest& req, int res, uint64_t result) noexcept;
+  void fail(std::error_code why, const char* detail) noexcept;
+
+  Reactor& reactor_;
+  QpConfig cfg_;
+  std::string label_;
+  QpState state_ = QpState::connecting;
+  std::error_code error_;
+  uint32_t nsid_ = 0;
+  uint32_t max_transfer_ = 0;
+  uint16_t next_cid_ = 0;
+  bool poller_added_ = false;
+  Core* core_ = nullptr;  // outlives the pair while the kernel still holds commands
+};
+
+}  // namespace nvmeof::uring

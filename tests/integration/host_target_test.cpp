@@ -1,0 +1,462 @@
+// The host side (Controller, TCP queue pairs, SyncIo) against the embedded target over
+// loopback: identify, data integrity across sizes, digests and queue depths, ANA, keep-alive,
+// connection errors and every fault the target injects.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "nvmeof/controller.hpp"
+#include "nvmeof/sync_io.hpp"
+#include "nvmeof/target.hpp"
+
+using namespace nvmeof;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kNqn = "nqn.2024-01.io.nvmeof:host-test";
+constexpr uint32_t kNs4k = 1;
+constexpr uint32_t kNs512 = 2;
+
+struct Env {
+  std::unique_ptr<Target> target;
+  TransportAddress addr;
+  std::unique_ptr<ControlPlane> cp;
+  std::unique_ptr<Reactor> reactor;
+
+  explicit Env(const std::function<void(TargetOptions&)>& tweak = {}) {
+    TargetOptions to;
+    to.ports[0].trsvcid = "0";
+    TargetSubsystem sub;
+    sub.nqn = kNqn;
+    sub.serial = "HOSTTEST42";
+    sub.model = "host test model";
+    sub.namespaces = {TargetNamespace{kNs4k, 16ull << 20, 4096, {}, {}},
+                      TargetNamespace{kNs512, 4ull << 20, 512, {}, {}}};
+    to.subsystems = {sub};
+    if (tweak) tweak(to);
+    auto t = Target::start(to);
+    REQUIRE(t);
+    target = std::move(*t);
+    addr.traddr = "127.0.0.1";
+    addr.trsvcid = std::to_string(target->port_number(0));
+    cp = std::make_unique<ControlPlane>();
+    reactor = Reactor::create().value();
+  }
+
+  ConnectOptions options(Digest d = Digest::none) const {
+    ConnectOptions o;
+    o.subnqn = kNqn;
+    o.digest = d;
+    return o;
+  }
+
+  std::shared_ptr<Controller> connect(Digest d = Digest::none) {
+    auto c = Controller::connect(*cp, addr, options(d));
+    REQUIRE(c);
+    return *c;
+  }
+};
+
+// Every block carries its LBA and a write sequence number, then a pattern derived from both.
+void stamp(uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
+  std::memcpy(p, &lba, 8);
+  std::memcpy(p + 8, &seq, 8);
+  for (uint32_t i = 16; i < block_size; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
+}
+
+bool check_stamp(const uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
+  uint64_t l, s;
+  std::memcpy(&l, p, 8);
+  std::memcpy(&s, p + 8, 8);
+  if (l != lba || s != seq) return false;
+  for (uint32_t i = 16; i < block_size; ++i)
+    if (p[i] != static_cast<uint8_t>(lba * 31 + seq * 7 + i)) return false;
+  return true;
+}
+
+std::vector<uint8_t> stamped(uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
+  std::vector<uint8_t> v(static_cast<size_t>(block_size) * nlb);
+  for (uint32_t i = 0; i < nlb; ++i) stamp(v.data() + size_t{i} * block_size, block_size, slba + i, seq);
+  return v;
+}
+
+bool all_stamped(const std::vector<uint8_t>& v, uint32_t block_size, uint64_t slba, uint64_t seq) {
+  const size_t nlb = v.size() / block_size;
+  for (size_t i = 0; i < nlb; ++i)
+    if (!check_stamp(v.data() + i * block_size, block_size, slba + i, seq)) return false;
+  return true;
+}
+
+uint16_t closed_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+struct Outcome {
+  int done = 0;
+  NvmeStatus last;
+  int failures = 0;
+};
+
+void count_done(IoRequest& r, const Cqe& c) noexcept {
+  auto* o = static_cast<Outcome*>(r.user);
+  ++o->done;
+  o->last = c.status();
+  if (!c.status().is_success()) ++o->failures;
+}
+
+}  // namespace
+
+TEST_CASE("connect and identify report what the target was configured with") {
+  Env env;
+  auto ctrl = env.connect();
+  const ControllerInfo& i = ctrl->info();
+  CHECK(i.serial == "HOSTTEST42");
+  CHECK(i.model == "host test model");
+  CHECK(i.subnqn == kNqn);
+  CHECK(i.max_transfer == 128u * 1024);
+  CHECK(i.in_capsule_data() == 8192);
+  CHECK(i.cqt_ms == 10);
+  CHECK(i.anatt_s == 2);
+  CHECK(ctrl->io_queues() >= 1);
+  CHECK(ctrl->io_queues() <= 64);
+  CHECK(ctrl->is_live());
+  CHECK(ctrl->options().hostnqn.rfind("nqn.2014-08.org.nvmexpress:uuid:", 0) == 0);
+
+  auto ns = ctrl->identify_namespace(kNs4k);
+  REQUIRE(ns);
+  CHECK(ns->block_size == 4096);
+  CHECK(ns->size_blocks == (16ull << 20) / 4096);
+  CHECK(ns->anagrpid == 1);
+  CHECK_FALSE(ns->id.empty());
+  auto ns2 = ctrl->identify_namespace(kNs512);
+  REQUIRE(ns2);
+  CHECK(ns2->block_size == 512);
+  CHECK_FALSE(ns2->id.same_namespace_as(ns->id));
+
+  auto list = ctrl->active_namespaces();
+  REQUIRE(list);
+  CHECK(*list == std::vector<uint32_t>{kNs4k, kNs512});
+  CHECK(ctrl->keep_alive());
+
+  auto addr = TransportAddress::parse("tcp://[::1]:4420");
+  REQUIRE(addr);
+  CHECK(addr->traddr == "::1");
+  CHECK(addr->to_string() == "tcp://[::1]:4420");
+  CHECK(TransportAddress::parse("10.0.0.1")->trsvcid == "4420");
+  CHECK_FALSE(TransportAddress::parse("::1:4420"));
+  CHECK_FALSE(TransportAddress::parse("host:99999"));
+}
+
+TEST_CASE("writes read back intact at every size, with and without digests") {
+  Env env;
+  const Digest digests[] = {Digest::none, Digest::header, Digest::data, Digest::both};
+  uint64_t seq = 1;
+  for (Digest d : digests) {
+    INFO("digest " << static_cast<int>(d));
+    auto ctrl = env.connect(d);
+    auto qp = ctrl->create_io_queue(*env.reactor, 32);
+    REQUIRE(qp);
+    CHECK((*qp)->max_transfer() == 128u * 1024);
+    SyncIo io4k(**qp, *env.reactor, kNs4k, 4096);
+    SyncIo io512(**qp, *env.reactor, kNs512, 512);
+    struct Case {
+      SyncIo* io;
+      uint32_t bs;
+      uint32_t bytes;
+    };
+    // 512 B and 4-8 KiB travel in the capsule; 16 KiB and up wait for R2T; 1 MiB is split at
+    // MDTS (128 KiB) into eight commands.
+    const Case cases[] = {{&io512, 512, 512},   {&io4k, 4096, 4096},   {&io4k, 4096, 8192},
+                          {&io4k, 4096, 16384}, {&io4k, 4096, 65536},  {&io4k, 4096, 1u << 20},
+                          {&io512, 512, 1u << 20}};
+    uint64_t slba = 0;
+    for (const Case& c : cases) {
+      INFO("bytes " << c.bytes << " block " << c.bs);
+      const uint32_t nlb = c.bytes / c.bs;
+      auto data = stamped(c.bs, slba, nlb, seq);
+      REQUIRE(c.io->write(slba, nlb, data.data()));
+      std::vector<uint8_t> back(data.size());
+      REQUIRE(c.io->read(slba, nlb, back.data()));
+      CHECK(all_stamped(back, c.bs, slba, seq));
+      // The target's own view agrees (the write really landed where it says).
+      std::vector<uint8_t> raw(data.size());
+      REQUIRE(env.target->read_ns(kNqn, c.bs == 512 ? kNs512 : kNs4k, slba * c.bs, raw.data(), raw.size()));
+      CHECK(raw == data);
+      slba += nlb;
+      ++seq;
+    }
+    REQUIRE(io4k.flush());
+    REQUIRE(io4k.write_zeroes(0, 2));
+    std::vector<uint8_t> z(8192, 0xff);
+    REQUIRE(io4k.read(0, 2, z.data()));
+    CHECK(std::all_of(z.begin(), z.end(), [](uint8_t b) { return b == 0; }));
+    const DsmRange range{0, 2, 4};
+    CHECK(io4k.dsm(std::span(&range, 1), kDsmDeallocate));
+    auto out_of_range = io4k.read((16ull << 20) / 4096, 1, z.data());
+    REQUIRE_FALSE(out_of_range);
+    CHECK(out_of_range.error() == make_error_code(status::kLbaOutOfRange));
+    qp->reset();
+  }
+}
+
+TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every block intact") {
+  Env env;
+  auto ctrl = env.connect(Digest::both);
+  auto qpr = ctrl->create_io_queue(*env.reactor, 256);
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  constexpr uint32_t kQd = 128;
+  // Mixed sizes: in-capsule (4 KiB, 8 KiB) and R2T (16 KiB, 32 KiB), interleaved on one socket.
+  const uint32_t blocks[] = {1, 2, 4, 8};
+  std::vector<IoRequest> reqs(kQd);
+  std::vector<std::vector<uint8_t>> bufs(kQd);
+  std::vector<uint64_t> lbas(kQd);
+  Outcome out;
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t seq = 100 + static_cast<uint64_t>(round);
+    out = Outcome{};
+    for (uint32_t i = 0; i < kQd; ++i) {
+      const uint32_t nlb = blocks[i % 4];
+      lbas[i] = i * 8ull;
+      bufs[i] = stamped(4096, lbas[i], nlb, seq);
+      reqs[i] = IoRequest{};
+      prep_write(reqs[i].cmd, kNs4k, lbas[i], nlb);
+      reqs[i].data = bufs[i].data();
+      reqs[i].data_len = nlb * 4096;
+      reqs[i].on_complete = &count_done;
+      reqs[i].user = &out;
+      REQUIRE(qp.submit(reqs[i]) == 0);
+    }
+    CHECK(qp.outstanding() == kQd);
+    REQUIRE(env.reactor->run_until([&] { return out.done == int{kQd}; }, 10000ms));
+    CHECK(out.failures == 0);
+    out = Outcome{};
+    for (uint32_t i = 0; i < kQd; ++i) {
+      std::fill(bufs[i].begin(), bufs[i].end(), 0);
+      const uint32_t nlb = blocks[i % 4];
+      reqs[i] = IoRequest{};
+      prep_read(reqs[i].cmd, kNs4k, lbas[i], nlb);
+      reqs[i].data = bufs[i].data();
+      reqs[i].data_len = nlb * 4096;
+      reqs[i].on_complete = &count_done;
+      reqs[i].user = &out;
+      REQUIRE(qp.submit(reqs[i]) == 0);
+    }
+    REQUIRE(env.reactor->run_until([&] { return out.done == int{kQd}; }, 10000ms));
+    CHECK(out.failures == 0);
+    for (uint32_t i = 0; i < kQd; ++i) REQUIRE(all_stamped(bufs[i], 4096, lbas[i], seq));
+  }
+  CHECK(qp.outstanding() == 0);
+}
+
+TEST_CASE("the ANA log and ANA change events") {
+  Env env;
+  auto ctrl = env.connect();
+  auto log = ctrl->ana_log();
+  REQUIRE(log);
+  const AnaGroup* g = log->group(1);
+  REQUIRE(g);
+  CHECK(g->state == AnaState::optimized);
+  CHECK(g->nsids == std::vector<uint32_t>{kNs4k, kNs512});
+
+  std::atomic<uint32_t> event{0};
+  ctrl->on_async_event([&](uint32_t dw0) { event = dw0; });
+  env.target->set_ana_state(0, AnaState::non_optimized);
+  for (int i = 0; i < 200 && event == 0; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(event.load() == 0x000C0302u);
+  log = ctrl->ana_log();
+  REQUIRE(log);
+  REQUIRE(log->group(1));
+  CHECK(log->group(1)->state == AnaState::non_optimized);
+  // The request was re-armed: a second change is reported too.
+  event = 0;
+  env.target->set_ana_state(0, AnaState::optimized);
+  for (int i = 0; i < 200 && event == 0; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(event.load() == 0x000C0302u);
+}
+
+TEST_CASE("the discovery controller lists the subsystem") {
+  Env env;
+  ConnectOptions o;
+  o.subnqn = kDiscoveryNqn;
+  o.kato_ms = 0;
+  auto d = Controller::connect(*env.cp, env.addr, o);
+  REQUIRE(d);
+  auto log = (*d)->discovery_log();
+  REQUIRE(log);
+  bool found = false;
+  for (const auto& e : log->entries)
+    if (e.subnqn == kNqn && e.trsvcid == env.addr.trsvcid) found = true;
+  CHECK(found);
+}
+
+TEST_CASE("keep-alive holds an idle connection with KATO 1000 ms") {
+  Env env;
+  ConnectOptions o = env.options();
+  o.kato_ms = 1000;
+  auto c = Controller::connect(*env.cp, env.addr, o);
+  REQUIRE(c);
+  std::atomic<bool> failed{false};
+  (*c)->on_failure([&](std::error_code) { failed = true; });
+  std::this_thread::sleep_for(2000ms);
+  CHECK((*c)->is_live());
+  CHECK_FALSE(failed.load());
+  CHECK((*c)->identify_namespace(kNs4k));
+}
+
+TEST_CASE("connection errors: closed port, wrong NQN") {
+  Env env;
+  TransportAddress nowhere = env.addr;
+  nowhere.trsvcid = std::to_string(closed_port());
+  const uint64_t start = Reactor::clock_ns();
+  auto c = Controller::connect(*env.cp, nowhere, env.options());
+  REQUIRE_FALSE(c);
+  CHECK(c.error() == make_error_code(Errc::connection_refused));
+  CHECK(Reactor::clock_ns() - start < 500'000'000ull);
+
+  ConnectOptions wrong = env.options();
+  wrong.subnqn = "nqn.2024-01.io.nvmeof:nobody";
+  auto w = Controller::connect(*env.cp, env.addr, wrong);
+  REQUIRE_FALSE(w);
+  CHECK(w.error().category() == nvme_category());
+}
+
+TEST_CASE("reset: outstanding I/O completes with a host path error") {
+  Env env;
+  auto ctrl = env.connect();
+  std::atomic<int> admin_failures{0};
+  ctrl->on_failure([&](std::error_code) { ++admin_failures; });
+  auto qpr = ctrl->create_io_queue(*env.reactor, 64);
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  env.target->set_latency(0, 300ms);
+  std::vector<std::vector<uint8_t>> bufs(16, std::vector<uint8_t>(4096));
+  std::vector<IoRequest> reqs(16);
+  Outcome out;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    prep_read(reqs[i].cmd, kNs4k, i, 1);
+    reqs[i].data = bufs[i].data();
+    reqs[i].data_len = 4096;
+    reqs[i].on_complete = &count_done;
+    reqs[i].user = &out;
+    REQUIRE(qp.submit(reqs[i]) == 0);
+  }
+  for (int i = 0; i < 5; ++i) env.reactor->poll(std::chrono::milliseconds(2));
+  const uint64_t start = Reactor::clock_ns();
+  env.target->inject(0, FaultKind::reset);
+  REQUIRE(env.reactor->run_until([&] { return out.done == 16; }, 2000ms));
+  CHECK(Reactor::clock_ns() - start < 250'000'000ull);  // well before the latency would answer
+  CHECK(out.failures == 16);
+  CHECK(out.last == status::kHostPathError);
+  CHECK((qp.error() == make_error_code(Errc::connection_reset) ||
+         qp.error() == make_error_code(Errc::connection_closed)));
+  CHECK(qp.state() == QpState::closed);
+  for (int i = 0; i < 100 && admin_failures == 0; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(admin_failures == 1);
+  CHECK_FALSE(ctrl->is_live());
+  env.target->set_latency(0, 0us);
+  qpr->reset();
+  // A new controller connects fine after the reset.
+  auto again = env.connect();
+  CHECK(again->is_live());
+}
+
+TEST_CASE("blackhole: commands do not complete, the pair stays live, close() completes them") {
+  Env env;
+  auto ctrl = env.connect();
+  auto qpr = ctrl->create_io_queue(*env.reactor, 32);
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  env.target->inject(0, FaultKind::blackhole);
+  std::vector<uint8_t> rbuf(4096), wbuf = stamped(4096, 5, 4, 9);
+  IoRequest rd, wr;
+  Outcome out;
+  prep_read(rd.cmd, kNs4k, 0, 1);
+  rd.data = rbuf.data();
+  rd.data_len = 4096;
+  rd.on_complete = &count_done;
+  rd.user = &out;
+  prep_write(wr.cmd, kNs4k, 5, 4);  // 16 KiB: waits for an R2T that never comes
+  wr.data = wbuf.data();
+  wr.data_len = 16384;
+  wr.on_complete = &count_done;
+  wr.user = &out;
+  REQUIRE(qp.submit(rd) == 0);
+  REQUIRE(qp.submit(wr) == 0);
+  CHECK_FALSE(env.reactor->run_until([&] { return out.done > 0; }, 200ms));
+  CHECK(qp.state() == QpState::live);
+  CHECK(qp.outstanding() == 2);
+  qp.close();
+  REQUIRE(env.reactor->run_until([&] { return out.done == 2; }, 2000ms));
+  CHECK(out.failures == 2);
+  CHECK(out.last == status::kHostPathError);
+  CHECK(qp.state() == QpState::closed);
+  env.target->clear_faults(0);
+  qpr->reset();
+}
+
+TEST_CASE("a QP destroyed with commands outstanding completes them first") {
+  Env env;
+  auto ctrl = env.connect();
+  auto qpr = ctrl->create_io_queue(*env.reactor, 32);
+  REQUIRE(qpr);
+  env.target->set_latency(0, 200ms);
+  std::vector<uint8_t> buf(4096);
+  IoRequest rd;
+  Outcome out;
+  prep_read(rd.cmd, kNs4k, 0, 1);
+  rd.data = buf.data();
+  rd.data_len = 4096;
+  rd.on_complete = &count_done;
+  rd.user = &out;
+  REQUIRE((*qpr)->submit(rd) == 0);
+  env.reactor->poll();
+  qpr->reset();
+  CHECK(out.done == 1);
+  CHECK(out.last == status::kHostPathError);
+}
+
+TEST_CASE("a small MAXH2CDATA splits every R2T into many H2CData PDUs across send batches") {
+  Env env([](TargetOptions& to) { to.maxh2cdata = 4096; });
+  auto ctrl = env.connect(Digest::both);
+  auto qpr = ctrl->create_io_queue(*env.reactor, 64);
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  constexpr uint32_t kCmds = 12, kNlb = 32;  // 12 x 128 KiB = 384 H2CData PDUs in flight
+  std::vector<std::vector<uint8_t>> bufs(kCmds);
+  std::vector<IoRequest> reqs(kCmds);
+  Outcome out;
+  for (uint32_t i = 0; i < kCmds; ++i) {
+    bufs[i] = stamped(4096, i * kNlb, kNlb, 77);
+    prep_write(reqs[i].cmd, kNs4k, i * kNlb, kNlb);
+    reqs[i].data = bufs[i].data();
+    reqs[i].data_len = kNlb * 4096;
+    reqs[i].on_complete = &count_done;
+    reqs[i].user = &out;
+    REQUIRE(qp.submit(reqs[i]) == 0);
+  }
+  REQUIRE(env.reactor->run_until([&] { return out.done == int{kCmds}; }, 10000ms));
+  CHECK(out.failures == 0);
+  std::vector<uint8_t> back(size_t{kCmds} * kNlb * 4096);
+  SyncIo io(qp, *env.reactor, kNs4k, 4096);
+  REQUIRE(io.read(0, kCmds * kNlb, back.data()));
+  CHECK(all_stamped(back, 4096, 0, 77));
+}

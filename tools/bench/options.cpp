@@ -1,0 +1,202 @@
+#include "bench/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <charconv>
+#include <iostream>
+#include <map>
+
+namespace nvmeof::bench {
+
+const char* to_string(RwMode m) noexcept {
+  switch (m) {
+    case RwMode::read: return "read";
+    case RwMode::write: return "write";
+    case RwMode::randread: return "randread";
+    case RwMode::randwrite: return "randwrite";
+    case RwMode::rw: return "rw";
+    case RwMode::randrw: return "randrw";
+  }
+  return "?";
+}
+
+const char* to_string(FaultArg f) noexcept {
+  switch (f) {
+    case FaultArg::none: return "none";
+    case FaultArg::reset: return "reset";
+    case FaultArg::blackhole: return "blackhole";
+    case FaultArg::ana_inaccessible: return "ana-inaccessible";
+    case FaultArg::ana_change: return "ana-change";
+    case FaultArg::slow: return "slow";
+    case FaultArg::fail_status: return "fail-status";
+  }
+  return "?";
+}
+
+bool BenchOptions::reads() const noexcept {
+  switch (rw) {
+    case RwMode::read: case RwMode::randread: return true;
+    case RwMode::write: case RwMode::randwrite: return false;
+    case RwMode::rw: case RwMode::randrw: return rwmixread > 0;
+  }
+  return false;
+}
+
+bool BenchOptions::writes() const noexcept {
+  switch (rw) {
+    case RwMode::read: case RwMode::randread: return false;
+    case RwMode::write: case RwMode::randwrite: return true;
+    case RwMode::rw: case RwMode::randrw: return rwmixread < 100;
+  }
+  return false;
+}
+
+bool BenchOptions::random() const noexcept {
+  return rw == RwMode::randread || rw == RwMode::randwrite || rw == RwMode::randrw;
+}
+
+namespace {
+
+// Splits "123unit" into its number and its lower-cased unit.
+bool split_number(std::string_view s, uint64_t& n, std::string& unit) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc{} || end == s.data()) return false;
+  unit.clear();
+  for (const char* p = end; p != s.data() + s.size(); ++p)
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  return true;
+}
+
+template <class T>
+std::vector<std::string> keys(const std::map<std::string, T>& m) {
+  std::vector<std::string> k;
+  for (const auto& [name, value] : m) k.push_back(name);
+  return k;
+}
+
+}  // namespace
+
+std::optional<uint64_t> parse_size(std::string_view s) {
+  uint64_t n = 0;
+  std::string unit;
+  if (!split_number(s, n, unit)) return std::nullopt;
+  static const std::map<std::string, unsigned> kShift = {
+      {"", 0}, {"b", 0}, {"k", 10}, {"kb", 10}, {"kib", 10}, {"m", 20}, {"mb", 20},
+      {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}};
+  const auto it = kShift.find(unit);
+  if (it == kShift.end() || n == 0 || n > (UINT64_MAX >> it->second)) return std::nullopt;
+  return n << it->second;
+}
+
+std::optional<std::chrono::nanoseconds> parse_duration(std::string_view s) {
+  uint64_t n = 0;
+  std::string unit;
+  if (!split_number(s, n, unit)) return std::nullopt;
+  using namespace std::chrono;
+  if (unit.empty() || unit == "s") return duration_cast<nanoseconds>(seconds(n));
+  if (unit == "ms") return duration_cast<nanoseconds>(milliseconds(n));
+  if (unit == "us") return duration_cast<nanoseconds>(microseconds(n));
+  return std::nullopt;
+}
+
+std::string format_size(uint64_t bytes) {
+  static constexpr std::pair<unsigned, const char*> kUnits[] = {{30, "g"}, {20, "m"}, {10, "k"}};
+  for (const auto& [shift, suffix] : kUnits) {
+    if (bytes != 0 && bytes % (uint64_t{1} << shift) == 0)
+      return std::to_string(bytes >> shift) + suffix;
+  }
+  return std::to_string(bytes);
+}
+
+ParsedArgs parse_args(int argc, char** argv) {
+  BenchOptions o;
+  CLI::App app{"nvmeof-bench: an fio-like load generator over an nvmeof::Volume, with data "
+               "verification and fault injection on the embedded target"};
+  app.option_defaults()->always_capture_default();
+
+  const std::map<std::string, RwMode> rw_names = {
+      {"read", RwMode::read}, {"write", RwMode::write}, {"randread", RwMode::randread},
+      {"randwrite", RwMode::randwrite}, {"rw", RwMode::rw}, {"randrw", RwMode::randrw}};
+  const std::map<std::string, SelectorKind> selector_names = {
+      {"service-time", SelectorKind::service_time}, {"round-robin", SelectorKind::round_robin},
+      {"queue-depth", SelectorKind::queue_depth}, {"numa", SelectorKind::numa}};
+  const std::map<std::string, Digest> digest_names = {
+      {"none", Digest::none}, {"header", Digest::header}, {"data", Digest::data},
+      {"both", Digest::both}};
+  const std::map<std::string, FaultArg> fault_names = {
+      {"reset", FaultArg::reset}, {"blackhole", FaultArg::blackhole},
+      {"ana-inaccessible", FaultArg::ana_inaccessible}, {"ana-change", FaultArg::ana_change},
+      {"slow", FaultArg::slow}, {"fail-status", FaultArg::fail_status}};
+
+  const CLI::Validator size_check(
+      [](std::string& s) { return parse_size(s) ? std::string{} : "not a size: " + s; }, "SIZE");
+  const CLI::Validator duration_check(
+      [](std::string& s) { return parse_duration(s) ? std::string{} : "not a duration: " + s; },
+      "DURATION");
+
+  std::string bs = "4k", runtime = "5s", size, fail_at = "2s", restore_after = "0",
+              slow_latency = "50ms";
+  std::string rw = "read", selector = "service-time", digest = "none", fail_kind = "reset";
+  app.add_option("--rw", rw, "I/O pattern (rw, randrw: mixed)")->check(CLI::IsMember(keys(rw_names)));
+  app.add_option("--rwmixread", o.rwmixread, "percent of reads in rw / randrw")
+      ->check(CLI::Range(0u, 100u));
+  app.add_option("--bs", bs, "bytes per I/O (k/m suffix), a multiple of the block size")
+      ->check(size_check);
+  app.add_option("--iodepth", o.iodepth, "I/Os kept in flight")->check(CLI::Range(1u, 4096u));
+  app.add_option("--runtime", runtime, "timed phase (s/ms suffix)")->check(duration_check);
+  app.add_option("--size", size, "working set bytes (default: the namespace, at most 1g)")
+      ->check(size_check);
+  auto* target = app.add_option("--target", o.targets, "ADDR:PORT of one path (repeat per path)")
+                     ->allow_extra_args(false);
+  app.add_option("--nqn", o.nqn, "subsystem NQN");
+  auto* embedded = app.add_flag("--embedded", o.embedded,
+                                "start an embedded target in-process (--paths ports, 256 MiB RAM)");
+  target->excludes(embedded);
+  app.add_option("--paths", o.paths, "ports of the embedded target")->check(CLI::Range(1u, 16u));
+  app.add_option("--selector", selector, "path selector")
+      ->check(CLI::IsMember(keys(selector_names)));
+  app.add_option("--digest", digest, "NVMe/TCP digests")->check(CLI::IsMember(keys(digest_names)));
+  app.add_option("--reactors", o.reactors, "data-plane threads")->check(CLI::Range(1u, 64u));
+  app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
+  app.add_flag("--json", o.json, "print the report as JSON");
+  auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
+                        ->check(CLI::Range(0, 15))->needs(embedded);
+  app.add_option("--fail-at", fail_at, "when to inject, from the start of the timed phase")
+      ->check(duration_check)->needs(fail_path);
+  app.add_option("--fail-kind", fail_kind, "fault to inject")
+      ->check(CLI::IsMember(keys(fault_names)))->needs(fail_path);
+  app.add_option("--restore-after", restore_after, "give the port back this long after the fault")
+      ->check(duration_check)->needs(fail_path);
+  app.add_option("--slow-latency", slow_latency, "delay per command for --fail-kind slow")
+      ->check(duration_check)->needs(fail_path);
+  app.add_option("--seed", o.seed, "random seed of the offsets and the read/write mix");
+
+  try {
+    app.parse(argc, argv);
+    if (!o.embedded && o.targets.empty())
+      throw CLI::RequiredError("--target or --embedded");
+    if (const auto b = parse_size(bs); b && *b > (16u << 20))
+      throw CLI::ValidationError("--bs", "at most 16m");
+    if (o.has_fault() && static_cast<unsigned>(o.fail_path) >= o.paths)
+      throw CLI::ValidationError("--fail-path", "must be below --paths");
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return {std::nullopt, rc == 0 ? 0 : 2};
+  }
+  o.rw = rw_names.at(rw);
+  o.selector = selector_names.at(selector);
+  o.digest = digest_names.at(digest);
+  o.fail_kind = fault_names.at(fail_kind);
+  o.bs = static_cast<uint32_t>(*parse_size(bs));
+  o.runtime = *parse_duration(runtime);
+  o.size = size.empty() ? 0 : *parse_size(size);
+  o.fail_at = *parse_duration(fail_at);
+  o.restore_after = *parse_duration(restore_after);
+  o.slow_latency = *parse_duration(slow_latency);
+  if (!o.has_fault()) o.fail_kind = FaultArg::none;
+  if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
+  return {o, 0};
+}
+
+}  // namespace nvmeof::bench

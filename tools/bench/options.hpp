@@ -1,0 +1,76 @@
+// nvmeof-bench's command line: fio-like flag names, parsed with CLI11 into plain data.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nvmeof/controller.hpp"
+#include "nvmeof/volume.hpp"
+
+namespace nvmeof::bench {
+
+enum class RwMode : uint8_t { read, write, randread, randwrite, rw, randrw };
+const char* to_string(RwMode m) noexcept;
+
+/// The fault --fail-kind injects on one port of the embedded target.
+enum class FaultArg : uint8_t {
+  none,
+  reset,             ///< connections reset (RST)
+  blackhole,         ///< sockets stay open, nothing answers
+  ana_inaccessible,  ///< the port's ANA group becomes inaccessible
+  ana_change,        ///< the group enters `change`, back to optimized 100 ms later
+  slow,              ///< every command on the port is delayed by --slow-latency
+  fail_status,       ///< every command on the port completes with Internal Error (retryable)
+};
+const char* to_string(FaultArg f) noexcept;
+
+struct BenchOptions {
+  RwMode rw = RwMode::read;
+  unsigned rwmixread = 50;              ///< percent of reads in rw / randrw
+  uint32_t bs = 4096;                   ///< bytes per I/O
+  unsigned iodepth = 32;
+  std::chrono::nanoseconds runtime = std::chrono::seconds(5);
+  uint64_t size = 0;                    ///< working set bytes; 0: the namespace, at most 1 GiB
+  std::vector<std::string> targets;     ///< one per path
+  std::string nqn = "nqn.2024-01.io.nvmeof:target";
+  bool embedded = false;
+  unsigned paths = 1;                   ///< embedded target ports
+  SelectorKind selector = SelectorKind::service_time;
+  Digest digest = Digest::none;
+  unsigned reactors = 1;
+  bool verify = true;
+  bool json = false;
+  int fail_path = -1;
+  std::chrono::nanoseconds fail_at = std::chrono::seconds(2);
+  FaultArg fail_kind = FaultArg::reset;
+  std::chrono::nanoseconds restore_after{0};  ///< 0: the fault stays
+  std::chrono::nanoseconds slow_latency = std::chrono::milliseconds(50);
+  uint64_t seed = 1;
+
+  bool has_fault() const noexcept { return fail_path >= 0; }
+  /// Whether the workload issues reads at all.
+  bool reads() const noexcept;
+  bool writes() const noexcept;
+  bool random() const noexcept;
+};
+
+/// "4096", "4k", "1m", "1g" (binary multiples). nullopt when malformed or zero.
+std::optional<uint64_t> parse_size(std::string_view s);
+/// "5s", "500ms", "250us", "2" (seconds). nullopt when malformed.
+std::optional<std::chrono::nanoseconds> parse_duration(std::string_view s);
+/// "4k" style, the largest binary unit that divides `bytes`.
+std::string format_size(uint64_t bytes);
+
+/// Parses argv. Returns the options, or the process exit code (0 after --help, 2 on bad flags,
+/// with the message already printed).
+struct ParsedArgs {
+  std::optional<BenchOptions> options;
+  int exit_code = 0;
+};
+ParsedArgs parse_args(int argc, char** argv);
+
+}  // namespace nvmeof::bench

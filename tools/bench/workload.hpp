@@ -1,0 +1,144 @@
+// nvmeof-bench's I/O engine: `iodepth` slots, each one VolumeIo that its completion callback
+// resubmits inline on the reactor thread, until the main thread asks them to stop.
+//
+// No two I/Os ever overlap, so the expected content of every block is unambiguous, and no lock is
+// needed: in the timed phase slot s owns the units (bs-sized pieces of the working set) u with
+// u % iodepth == s and has one I/O in flight at a time. The sweeps (prefill, final check) walk the
+// working set in chunks taken from one atomic cursor, so they never overlap either.
+//
+// Threading: the public methods are for the main thread. Slot state and per-slot statistics are
+// written by whichever reactor thread completes the slot's I/O (one at a time, handed over through
+// the volume's submission ring); the main thread reads them only after wait_idle() saw every slot
+// finish (acquire on `active_`). `fault_ns_` and `stop_` are written by the main thread and read
+// relaxed by the callbacks: a stale read only moves the boundary by one I/O.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "bench/options.hpp"
+#include "bench/stamp.hpp"
+#include "core/histogram.hpp"
+#include "nvmeof/volume.hpp"
+
+namespace nvmeof::bench {
+
+struct WorkloadConfig {
+  RwMode rw = RwMode::read;
+  unsigned rwmixread = 50;
+  uint32_t block_size = 4096;
+  uint32_t unit_blocks = 1;      ///< blocks per timed I/O (bs / block size)
+  uint64_t units = 0;            ///< working set, in units
+  unsigned iodepth = 1;
+  bool verify = true;
+  uint64_t seed = 1;
+  uint64_t run_id = 0;           ///< stamped into every block; differs from run to run
+  /// I/O size of the prefill and final check. Kept small: set-up is not what is measured, and
+  /// iodepth x 128 KiB writes outlast the volume's per-command deadline on a loaded host.
+  uint32_t sweep_bytes = 32u << 10;
+};
+
+enum class Phase : uint8_t { prefill, timed, final_check };
+inline constexpr size_t kPhases = 3;
+const char* to_string(Phase p) noexcept;
+
+/// One block whose content was not the one last acknowledged.
+struct Mismatch {
+  Phase phase = Phase::timed;
+  uint64_t lba = 0;
+  uint64_t expected_seq_low = 0;   ///< the last acknowledged write
+  uint64_t expected_seq_high = 0;  ///< above low when later writes failed (either may be there)
+  BlockCheck check = BlockCheck::ok;
+  Stamp found;
+};
+
+/// Errors the application saw: an NVMe status, or a submit() return code.
+struct ErrorCount {
+  uint16_t status = 0;
+  int submit_rc = 0;
+  uint64_t count = 0;
+};
+
+struct OpTotals {
+  uint64_t ios = 0;
+  uint64_t bytes = 0;
+  LatencyHistogram latency;
+};
+
+struct PhaseTotals {
+  OpTotals read, write;
+  uint64_t errors = 0;
+  uint64_t mismatches = 0;        ///< blocks
+  uint64_t verified_blocks = 0;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;            ///< last completion
+  uint64_t max_latency_after_fault_ns = 0;
+  uint64_t max_gap_after_fault_ns = 0;
+  std::vector<ErrorCount> error_counts;
+  std::vector<Mismatch> mismatch_examples;  ///< the first few
+  double seconds() const noexcept {
+    return end_ns > start_ns ? static_cast<double>(end_ns - start_ns) / 1e9 : 0.0;
+  }
+};
+
+/// CLOCK_MONOTONIC in nanoseconds: the reactors' time base.
+uint64_t monotonic_ns() noexcept;
+
+class Workload {
+ public:
+  Workload(Volume& volume, const WorkloadConfig& config);
+  ~Workload();
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+
+  /// Starts `phase`: every slot submits its first I/O. The sweeps end by themselves; the timed
+  /// phase runs until request_stop().
+  void start(Phase phase);
+  void request_stop() noexcept;
+  /// Resubmits slots whose submit() found the ring full. Call every millisecond or so.
+  void service() noexcept;
+  /// Waits (servicing) until no slot has an I/O in flight. False on timeout.
+  bool wait_idle(std::chrono::milliseconds timeout);
+  /// I/Os in flight or waiting to be resubmitted.
+  unsigned active() const noexcept { return active_.load(std::memory_order_acquire); }
+  /// From now on, track the longest I/O and the longest completion gap after `ns`.
+  void mark_fault(uint64_t ns) noexcept { fault_ns_.store(ns, std::memory_order_relaxed); }
+  /// The totals of a finished phase (after wait_idle()).
+  PhaseTotals totals(Phase phase) const;
+
+ private:
+  struct Slot;
+  struct UnitState {
+    uint32_t acked = 0;   ///< sequence of the last acknowledged write; 0: never
+    uint32_t failed = 0;  ///< highest sequence of a failed write since then (may have landed)
+  };
+
+  static void on_complete(VolumeIo& io, NvmeStatus status) noexcept;
+  void complete(Slot& s, NvmeStatus status) noexcept;
+  bool prepare(Slot& s) noexcept;
+  void issue(Slot& s) noexcept;
+  /// The slot has nothing in flight and nothing more to do in this phase.
+  void retire() noexcept;
+  void account_error(Slot& s, uint16_t status, int submit_rc) noexcept;
+  void verify(Slot& s) noexcept;
+  void fill(Slot& s) noexcept;
+  void collect(Phase phase);
+
+  Volume& volume_;
+  WorkloadConfig cfg_;
+  std::vector<UnitState> units_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  Phase phase_ = Phase::timed;
+  uint64_t phase_start_ns_ = 0;
+  std::atomic<uint64_t> sweep_cursor_{0};
+  std::atomic<unsigned> active_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> fault_ns_{0};
+  std::atomic<uint64_t> last_completion_ns_{0};
+  PhaseTotals totals_[kPhases];
+};
+
+}  // namespace nvmeof::bench

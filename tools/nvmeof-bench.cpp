@@ -1,0 +1,256 @@
+// nvmeof-bench: an fio-like load generator over an nvmeof::Volume, against remote targets or an
+// embedded one, with every block verified and, on the embedded target, a fault injected midway.
+//
+// Verification: when the workload reads, the working set is prefilled first (every block
+// stamped), so every read of the timed phase is checked; after the timed phase a final pass reads
+// the whole working set back and checks each block against the last acknowledged write (this also
+// catches a stale write that landed late). Blocks never acknowledged are not checked.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "bench/options.hpp"
+#include "bench/report.hpp"
+#include "bench/workload.hpp"
+#include "nvmeof/target.hpp"
+#include "nvmeof/volume.hpp"
+
+using namespace nvmeof;
+using namespace nvmeof::bench;
+
+namespace {
+
+constexpr uint64_t kEmbeddedNamespaceBytes = 256ull << 20;
+constexpr uint64_t kDefaultWorkingSetCap = 1ull << 30;
+constexpr auto kAnaChangeHold = std::chrono::milliseconds(100);
+constexpr auto kSweepTimeout = std::chrono::minutes(10);
+
+uint64_t to_ns(std::chrono::nanoseconds d) { return static_cast<uint64_t>(d.count()); }
+
+void print_error(const char* what, const std::error_code& ec) {
+  std::fprintf(stderr, "nvmeof-bench: %s: %s\n", what, ec.message().c_str());
+}
+
+Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
+  TargetPort port;
+  port.trsvcid = "0";
+  TargetSubsystem sub;
+  sub.nqn = o.nqn;
+  sub.namespaces[0].size_bytes = kEmbeddedNamespaceBytes;
+  TargetOptions t;
+  t.ports.assign(o.paths, port);
+  t.subsystems = {sub};
+  return Target::start(t);
+}
+
+// Injects the fault at --fail-at, undoes it on schedule (ana-change after 100 ms,
+// --restore-after when given). Main thread only.
+class FaultDriver {
+ public:
+  FaultDriver(const BenchOptions& o, Target* target) : o_(o), target_(target) {}
+
+  void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
+    if (!o_.has_fault() || target_ == nullptr) return;
+    const auto port = static_cast<size_t>(o_.fail_path);
+    if (!r.fault.injected && now >= timed_start + to_ns(o_.fail_at)) {
+      snapshot_ = vol.stats();
+      inject_ns_ = monotonic_ns();
+      w.mark_fault(inject_ns_);
+      inject(port);
+      r.fault.injected = true;
+      r.fault.path = o_.fail_path;
+      r.fault.kind = o_.fail_kind;
+      r.fault.inject_ns = inject_ns_;
+      r.fault.at_ms = static_cast<double>(inject_ns_ - timed_start) / 1e6;
+      return;
+    }
+    if (!r.fault.injected) return;
+    if (o_.fail_kind == FaultArg::ana_change && !flipped_back_ &&
+        now >= inject_ns_ + to_ns(kAnaChangeHold)) {
+      target_->set_ana_state(port, AnaState::optimized);
+      flipped_back_ = true;
+    }
+    if (o_.restore_after.count() > 0 && r.fault.restored_after_ms < 0 &&
+        now >= inject_ns_ + to_ns(o_.restore_after)) {
+      target_->clear_faults(port);
+      target_->set_ana_state(port, AnaState::optimized);
+      r.fault.restored_after_ms = static_cast<double>(monotonic_ns() - inject_ns_) / 1e6;
+    }
+  }
+
+  /// The path statistics taken just before the injection.
+  const VolumeStats& snapshot() const noexcept { return snapshot_; }
+
+ private:
+  void inject(size_t port) {
+    switch (o_.fail_kind) {
+      case FaultArg::none: break;
+      case FaultArg::reset: target_->inject(port, FaultKind::reset); break;
+      case FaultArg::blackhole: target_->inject(port, FaultKind::blackhole); break;
+      case FaultArg::ana_inaccessible: target_->set_ana_state(port, AnaState::inaccessible); break;
+      case FaultArg::ana_change: target_->set_ana_state(port, AnaState::change); break;
+      case FaultArg::slow:
+        target_->set_latency(port,
+                             std::chrono::duration_cast<std::chrono::microseconds>(o_.slow_latency));
+        break;
+      case FaultArg::fail_status: target_->fail_commands(port, status::kInternalError); break;
+    }
+  }
+
+  const BenchOptions& o_;
+  Target* target_;
+  VolumeStats snapshot_;
+  uint64_t inject_ns_ = 0;
+  bool flipped_back_ = false;
+};
+
+uint64_t path_ios(const VolumeStats& s, int index) {
+  for (const PathStats& p : s.paths)
+    if (p.index == index) return p.ios;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ParsedArgs parsed = parse_args(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const BenchOptions o = *parsed.options;
+  auto say = [&](const std::string& msg) {
+    if (!o.json) std::fprintf(stderr, "nvmeof-bench: %s\n", msg.c_str());
+  };
+
+  BenchReport report;
+  report.options = o;
+
+  std::unique_ptr<Target> target;
+  if (o.embedded) {
+    auto t = start_target(o);
+    if (!t) {
+      print_error("cannot start the embedded target", t.error());
+      return 1;
+    }
+    target = std::move(*t);
+    for (size_t i = 0; i < o.paths; ++i) report.addresses.push_back(target->port_address(i));
+  } else {
+    report.addresses = o.targets;
+  }
+
+  VolumeOptions vo;
+  for (const std::string& a : report.addresses) {
+    auto addr = TransportAddress::parse(a);
+    if (!addr) {
+      std::fprintf(stderr, "nvmeof-bench: --target %s: %s\n", a.c_str(), addr.error().message().c_str());
+      return 2;
+    }
+    vo.paths.push_back(*addr);
+  }
+  vo.connect.subnqn = o.nqn;
+  vo.connect.digest = o.digest;
+  vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
+  vo.selector = o.selector;
+  vo.reactors = o.reactors;
+
+  auto opened = Volume::open(vo);
+  if (!opened) {
+    print_error("cannot open the volume", opened.error());
+    return 1;
+  }
+  std::unique_ptr<Volume> volume = std::move(*opened);
+  report.block_size = volume->block_size();
+  report.namespace_blocks = volume->size_blocks();
+
+  const uint64_t ns_bytes = report.namespace_blocks * report.block_size;
+  if (report.block_size == 0 || o.bs % report.block_size != 0) {
+    std::fprintf(stderr, "nvmeof-bench: --bs %u is not a multiple of the block size %u\n", o.bs,
+                 report.block_size);
+    return 2;
+  }
+  const uint64_t wanted = o.size ? std::min(o.size, ns_bytes) : std::min(ns_bytes, kDefaultWorkingSetCap);
+  WorkloadConfig cfg;
+  cfg.rw = o.rw;
+  cfg.rwmixread = o.rwmixread;
+  cfg.block_size = report.block_size;
+  cfg.unit_blocks = o.bs / report.block_size;
+  cfg.units = wanted / o.bs;
+  cfg.iodepth = o.iodepth;
+  cfg.verify = o.verify;
+  cfg.seed = o.seed;
+  cfg.run_id = mix64(monotonic_ns() ^ (static_cast<uint64_t>(getpid()) << 32) ^ o.seed);
+  if (cfg.units == 0) {
+    std::fprintf(stderr, "nvmeof-bench: the working set holds no --bs sized I/O\n");
+    return 2;
+  }
+  report.working_set_bytes = cfg.units * o.bs;
+  report.run_id = cfg.run_id;
+
+  Workload work(*volume, cfg);
+  if (o.verify && o.reads()) {
+    say("prefilling " + format_size(report.working_set_bytes) + " for verification");
+    work.start(Phase::prefill);
+    report.drained = work.wait_idle(kSweepTimeout);
+    report.prefill = work.totals(Phase::prefill);
+    report.prefilled = true;
+  }
+
+  FaultDriver faults(o, target.get());
+  const VolumeStats at_start = volume->stats();
+  if (report.drained) {
+    say("running " + std::string(to_string(o.rw)) + " for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(o.runtime).count()) +
+        " ms");
+    work.start(Phase::timed);
+    const uint64_t t0 = monotonic_ns();
+    for (uint64_t now = t0; now < t0 + to_ns(o.runtime); now = monotonic_ns()) {
+      faults.tick(now, t0, work, *volume, report);
+      work.service();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    work.request_stop();
+    // Completions may wait for a path up to no_path_timeout; keep the fault schedule running.
+    const uint64_t give_up = monotonic_ns() + to_ns(vo.no_path_timeout) + 5'000'000'000ull;
+    while (work.active() != 0 && monotonic_ns() < give_up) {
+      faults.tick(monotonic_ns(), t0, work, *volume, report);
+      work.service();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    report.drained = work.wait_idle(std::chrono::milliseconds(0));
+    report.timed = work.totals(Phase::timed);
+
+    const VolumeStats at_end = volume->stats();
+    const VolumeStats& at_fault = report.fault.injected ? faults.snapshot() : at_end;
+    for (const PathStats& p : at_end.paths) {
+      PathReport pr;
+      pr.stats = p;
+      pr.ios_timed = p.ios - path_ios(at_start, p.index);
+      pr.ios_before_fault = path_ios(at_fault, p.index) - path_ios(at_start, p.index);
+      pr.ios_after_fault = p.ios - path_ios(at_fault, p.index);
+      report.paths.push_back(pr);
+    }
+    for (const FailoverEvent& e : at_end.timeline)
+      if (e.detect_ns >= t0) report.fault.timeline.push_back(e);
+  }
+
+  if (o.verify && report.drained) {
+    say("checking " + format_size(report.working_set_bytes) + " read back");
+    work.start(Phase::final_check);
+    report.drained = work.wait_idle(kSweepTimeout);
+    report.final_check = work.totals(Phase::final_check);
+    report.final_checked = true;
+  }
+
+  report.volume_json = to_json(volume->stats());
+  // The volume completes whatever is still queued before it goes: the workload must outlive it.
+  volume.reset();
+  if (target) target->stop();
+
+  if (o.json) {
+    std::cout << to_json(report).dump(2) << "\n";
+  } else {
+    std::cout << to_text(report);
+  }
+  return report.exit_code();
+}

@@ -1,0 +1,217 @@
+// nvmeof-target: the embedded NVMe/TCP target as a standalone server. Parses flags, starts
+// nvmeof::Target, serves until SIGINT or SIGTERM, exits 0.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nvmeof/identify.hpp"
+#include "nvmeof/target.hpp"
+
+using namespace nvmeof;
+
+namespace {
+
+// "64M", "1G", "4096": bytes with an optional K/M/G/T (binary) suffix.
+bool parse_size(const std::string& s, uint64_t& out) {
+  if (s.empty()) return false;
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &used);
+  } catch (...) {
+    return false;
+  }
+  unsigned shift = 0;
+  if (used < s.size()) {
+    if (used + 1 != s.size() && !(used + 2 == s.size() && (s[used + 1] == 'B' || s[used + 1] == 'b')))
+      return false;
+    switch (s[used]) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      default: return false;
+    }
+  }
+  if (v > (UINT64_MAX >> shift)) return false;
+  out = static_cast<uint64_t>(v) << shift;
+  return true;
+}
+
+// "127.0.0.1:4420", "[::1]:4420", "0.0.0.0:0".
+bool parse_listen(const std::string& s, TargetPort& p) {
+  std::string host, port;
+  if (!s.empty() && s[0] == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') return false;
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return false;
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  p.traddr = host;
+  p.trsvcid = port;
+  return true;
+}
+
+nlohmann::json describe(const Target& t, const TargetOptions& o) {
+  nlohmann::json j;
+  j["ports"] = nlohmann::json::array();
+  for (size_t i = 0; i < o.ports.size(); ++i) {
+    const std::string addr = t.port_address(i);
+    const size_t colon = addr.rfind(':');
+    std::string traddr = addr.substr(0, colon);
+    if (!traddr.empty() && traddr.front() == '[') traddr = traddr.substr(1, traddr.size() - 2);
+    j["ports"].push_back({{"index", i},
+                          {"address", addr},
+                          {"traddr", traddr},
+                          {"trsvcid", std::to_string(t.port_number(i))},
+                          {"ana_group", i + 1},
+                          {"ana_state", to_string(t.ana_state(i))}});
+  }
+  j["subsystems"] = nlohmann::json::array();
+  for (const auto& s : o.subsystems) {
+    nlohmann::json ns = nlohmann::json::array();
+    for (const auto& n : s.namespaces)
+      ns.push_back({{"nsid", n.nsid},
+                    {"size_bytes", n.size_bytes},
+                    {"block_size", n.block_size},
+                    {"backing", n.file.empty() ? "ram" : "file"},
+                    {"file", n.file}});
+    j["subsystems"].push_back({{"nqn", s.nqn}, {"namespaces", ns}});
+  }
+  j["discovery_nqn"] = kDiscoveryNqn;
+  j["cqt_ms"] = o.cqt_ms;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nvmeof-target: an NVMe/TCP target (RAM- or file-backed namespace, several ports, "
+               "one ANA group per port, discovery). Serves until SIGINT or SIGTERM."};
+  std::vector<std::string> listen{"127.0.0.1:4420"};
+  std::string nqn = TargetSubsystem{}.nqn;
+  std::string size = "64M";
+  uint32_t block_size = 4096;
+  std::string file;
+  TargetOptions opts;
+  std::vector<std::string> ana;
+  bool json = false;
+  app.add_option("--listen,-l", listen, "ADDR:PORT to listen on, repeatable; [v6addr]:port for "
+                 "IPv6; port 0 picks a free one")
+      ->capture_default_str();
+  app.add_option("--nqn", nqn, "subsystem NQN")->capture_default_str();
+  app.add_option("--size", size, "namespace size, e.g. 64M, 1G")->capture_default_str();
+  app.add_option("--block-size", block_size, "logical block size")
+      ->check(CLI::IsMember({512, 4096}))
+      ->capture_default_str();
+  app.add_option("--file", file, "back the namespace with this file (created if absent) instead of RAM");
+  app.add_option("--cqt-ms", opts.cqt_ms, "Command Quiesce Time reported and honoured, ms")
+      ->capture_default_str();
+  // uint8_t options would parse and print as characters: take them as unsigned.
+  unsigned anatt = opts.anatt_s, mdts = opts.mdts;
+  app.add_option("--anatt", anatt, "ANA transition time reported, s")
+      ->check(CLI::Range(0, 255))
+      ->capture_default_str();
+  app.add_option("--mdts", mdts, "maximum data transfer size, 2^N * 4 KiB (0: unlimited)")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  app.add_option("--in-capsule-data", opts.in_capsule_data, "in-capsule data of I/O queues, bytes")
+      ->capture_default_str();
+  app.add_option("--queue-depth", opts.max_queue_depth, "largest queue (CAP.MQES + 1)")
+      ->capture_default_str();
+  app.add_option("--ana", ana, "PORT=STATE: initial ANA state of port index PORT (optimized, "
+                 "non-optimized, inaccessible, persistent-loss, change), repeatable");
+  app.add_flag("--log", opts.log_connections, "log connects, disconnects and errors to stderr");
+  app.add_flag("--json", json, "print the bound ports as one JSON line on start");
+  CLI11_PARSE(app, argc, argv);
+  opts.anatt_s = static_cast<uint8_t>(anatt);
+  opts.mdts = static_cast<uint8_t>(mdts);
+
+  opts.ports.clear();
+  for (const auto& l : listen) {
+    TargetPort p;
+    if (!parse_listen(l, p)) {
+      std::fprintf(stderr, "nvmeof-target: --listen %s: expected ADDR:PORT\n", l.c_str());
+      return 2;
+    }
+    opts.ports.push_back(p);
+  }
+  for (const auto& a : ana) {
+    const size_t eq = a.find('=');
+    size_t idx = 0;
+    bool ok = eq != std::string::npos && eq > 0 &&
+              a.find_first_not_of("0123456789") == eq;
+    if (ok) idx = std::stoul(a.substr(0, eq));
+    auto st = ok ? parse_ana_state(a.substr(eq + 1)) : Result<AnaState>(Errc::invalid_argument);
+    if (!ok || !st || idx >= opts.ports.size()) {
+      std::fprintf(stderr, "nvmeof-target: --ana %s: expected PORT=STATE with PORT < %zu\n",
+                   a.c_str(), opts.ports.size());
+      return 2;
+    }
+    opts.ports[idx].ana_state = *st;
+  }
+  TargetNamespace ns;
+  if (!parse_size(size, ns.size_bytes) || ns.size_bytes == 0 || ns.size_bytes % block_size != 0) {
+    std::fprintf(stderr, "nvmeof-target: --size %s: expected a multiple of the block size\n",
+                 size.c_str());
+    return 2;
+  }
+  ns.block_size = block_size;
+  ns.file = file;
+  opts.subsystems[0].nqn = nqn;
+  opts.subsystems[0].namespaces = {ns};
+
+  // Block the signals before any thread starts so every thread inherits the mask and only
+  // sigwait below receives them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto target = Target::start(opts);
+  if (!target) {
+    std::fprintf(stderr, "nvmeof-target: cannot start: %s\n", target.error().message().c_str());
+    return 1;
+  }
+  if (json) {
+    std::cout << describe(**target, opts).dump() << std::endl;
+  } else {
+    for (size_t i = 0; i < opts.ports.size(); ++i)
+      std::printf("nvmeof-target: listening on %s (ANA group %zu, %s)\n",
+                  (*target)->port_address(i).c_str(), i + 1, to_string((*target)->ana_state(i)));
+    std::printf("nvmeof-target: %s nsid 1: %llu bytes, %u-byte blocks, %s\n", nqn.c_str(),
+                static_cast<unsigned long long>(ns.size_bytes), block_size,
+                file.empty() ? "RAM" : file.c_str());
+    std::fflush(stdout);
+  }
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  (*target)->stop();
+  if (opts.log_connections) {
+    for (size_t i = 0; i < opts.ports.size(); ++i) {
+      const PortStats s = (*target)->stats(i);
+      std::fprintf(stderr,
+                   "nvmeof-target: %s: %llu connections, %llu commands, %llu reads, %llu writes, "
+                   "%llu errors\n",
+                   (*target)->port_address(i).c_str(), static_cast<unsigned long long>(s.connections),
+                   static_cast<unsigned long long>(s.commands), static_cast<unsigned long long>(s.reads),
+                   static_cast<unsigned long long>(s.writes), static_cast<unsigned long long>(s.errors));
+    }
+  }
+  return 0;
+}
