@@ -436,3 +436,36 @@ TEST_CASE("opening a volume with no reachable path fails with a clear error", "[
   REQUIRE_FALSE(v);
   CHECK(v.error() == make_error_code(Errc::connection_refused));
 }
+
+TEST_CASE("a volume opens every path a discovery controller lists", "[multipath][discovery]") {
+  TargetOptions to;
+  to.ports.clear();
+  for (int i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.trsvcid = "0";
+    to.ports.push_back(p);
+  }
+  auto t = Target::start(to);
+  REQUIRE(t);
+  TransportAddress disc;
+  disc.trsvcid = std::to_string((*t)->port_number(0));
+  VolumeOptions vo;
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  auto v = Volume::open_discovered(disc, vo);
+  REQUIRE(v);
+  const auto st = (*v)->stats();
+  REQUIRE(st.paths.size() == 2);
+  CHECK(st.paths[0].state == PathState::live);
+  CHECK(st.paths[1].state == PathState::live);
+  Workload w(**v);
+  w.start();
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(w.finish(10s));
+  CHECK(w.errors.load() == 0);
+  CHECK(w.mismatches.load() == 0);
+  // A subsystem the discovery controller does not list gives a clear error.
+  vo.connect.subnqn = "nqn.2024-01.io.nvmeof:absent";
+  auto none = Volume::open_discovered(disc, vo);
+  REQUIRE_FALSE(none);
+  CHECK(none.error() == make_error_code(Errc::no_path));
+}
