@@ -60,9 +60,6 @@ struct VolumeIo {
   void* user = nullptr;
   // -- owned by the volume while in flight --
   uint64_t start_ns = 0;     ///< when the volume accepted it
-  uint64_t not_before_ns = 0;
-  uint32_t attempts = 0;
-  int last_path = -1;
   uint16_t parts_left = 0;   ///< split pieces outstanding
   NvmeStatus first_error{};
   VolumeIo* next = nullptr;

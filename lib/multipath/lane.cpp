@@ -187,7 +187,6 @@ void Lane::launch(VolumeIo& io) noexcept {
   io.start_ns = Reactor::clock_ns();
   io.first_error = {};
   io.parts_left = static_cast<uint16_t>(pieces);
-  io.attempts = 0;
   inflight_total_.fetch_add(pieces, std::memory_order_relaxed);
   const uint32_t per = pieces == 1 ? io.nlb : blocks_per_piece(io);
   for (uint32_t i = 0; i < pieces; ++i) {
@@ -269,7 +268,6 @@ void Lane::issue(Attempt& a) noexcept {
     if (p < 0) {
       a.release_ns = a.io->start_ns + vol_.no_path_timeout_ns();
       waiting_.push_back(&a);
-      waiting_count_.store(waiting_.size, std::memory_order_relaxed);
       return;
     }
     auto& lp = *paths_[static_cast<size_t>(p)];
@@ -506,7 +504,6 @@ int Lane::turn() noexcept {
       }
       a = next;
     }
-    waiting_count_.store(waiting_.size, std::memory_order_relaxed);
   }
   while (backlog_head_ && has_free(pieces_of(*backlog_head_))) {
     VolumeIo* io = backlog_head_;

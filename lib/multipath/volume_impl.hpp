@@ -174,7 +174,6 @@ class Lane final : public QueuePairListener {
   AttemptList fenced_;         // writes waiting for their old path's fence
   AttemptList delayed_;        // CRD delay or queue full
   std::atomic<uint64_t> inflight_total_{0};
-  std::atomic<uint64_t> waiting_count_{0};
 };
 
 class VolumeImpl {
