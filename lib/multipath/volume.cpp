@@ -48,19 +48,20 @@ uint64_t VolumeImpl::no_path_timeout_ns() const noexcept {
 Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds timeout) {
   ConnectOptions co = opts_.connect;
   co.connect_timeout = std::min(co.connect_timeout, timeout);
-  auto c = Controller::connect(cp_, sp.addr, co);
+  auto c = open_endpoint(cp_, sp.addr, co);
   if (!c) return c.error();
-  std::shared_ptr<Controller> ctrl = *c;
+  std::shared_ptr<PathEndpoint> ctrl = *c;
 
   // The namespace is matched by its identifiers, never by NSID alone.
   uint32_t nsid = 0;
   NamespaceInfo info;
   if (!have_ns_) {
-    auto ni = ctrl->identify_namespace(opts_.nsid);
+    const uint32_t first = ctrl->fixed_nsid().value_or(opts_.nsid);
+    auto ni = ctrl->identify_namespace(first);
     if (!ni) return ni.error();
     if (ni->size_blocks == 0) return Errc::invalid_argument;  // not an active namespace
     info = *ni;
-    nsid = opts_.nsid;
+    nsid = first;
   } else {
     auto try_nsid = [&](uint32_t id) {
       auto ni = ctrl->identify_namespace(id);
@@ -69,7 +70,7 @@ Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds 
         nsid = id;
       }
     };
-    try_nsid(sp.nsid ? sp.nsid : ns_.nsid);
+    try_nsid(ctrl->fixed_nsid().value_or(sp.nsid ? sp.nsid : ns_.nsid));
     if (!nsid) {
       auto list = ctrl->active_namespaces();
       if (list)
@@ -153,7 +154,19 @@ void VolumeImpl::ana_poll() {
   bool unsettled = false;
   for (auto& sp : paths_) {
     const AnaState a = sp->ana.load();
-    unsettled |= sp->state.load() == PathState::live && a != AnaState::optimized && a != AnaState::non_optimized;
+    const bool live = sp->state.load() == PathState::live;
+    unsettled |= live && a != AnaState::optimized && a != AnaState::non_optimized;
+    // A kernel path tells us nothing by itself (the kernel owns its events and keep-alive): its
+    // ANA state is polled, and its controller's state checked, every period.
+    if (live && sp->ctrl && !sp->ctrl->has_async_events()) {
+      unsettled = true;
+      const int i = sp->index;
+      const uint32_t gen = sp->generation.load();
+      boost::asio::post(pool_, [this, i, gen, ctrl = sp->ctrl] {
+        if (auto ec = ctrl->health())
+          report_path_failure(i, gen, "kernel controller: " + ec.message(), Reactor::clock_ns());
+      });
+    }
   }
   if (unsettled) request_ana_refresh();
   auto t = std::make_shared<boost::asio::steady_timer>(ctx_, kAnaPollPeriod);
@@ -203,7 +216,7 @@ void VolumeImpl::on_path_failed(int path, uint32_t generation, const std::string
     Lane* lane = l.get();
     lane->post([lane, path] { lane->close_path(path, Reactor::clock_ns()); });
   }
-  if (auto ctrl = sp.ctrl) boost::asio::post(pool_, [ctrl] { ctrl->disconnect(); });
+  if (auto ctrl = sp.ctrl) boost::asio::post(pool_, [ctrl] { ctrl->fence(); });
   // Fenced once the connection is down and the quiesce time has passed: from then on nothing
   // sent on this path can still execute, and a reconnect cannot resurrect old commands.
   const uint64_t now = Reactor::clock_ns();
@@ -347,7 +360,7 @@ void VolumeImpl::shutdown() {
   for (auto& l : lanes_) l->stop();
   lanes_.clear();
   for (auto& sp : paths_) {
-    if (sp->ctrl) sp->ctrl->disconnect();
+    if (sp->ctrl) sp->ctrl->close();
     sp->ctrl.reset();
   }
 }

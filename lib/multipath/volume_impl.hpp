@@ -15,6 +15,7 @@
 
 #include "core/histogram.hpp"
 #include "core/mpsc_ring.hpp"
+#include "multipath/endpoint.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/queue_pair.hpp"
@@ -40,7 +41,7 @@ struct SharedPath {
   std::atomic<int> event{-1};            ///< timeline index of the open failover, -1 none
   std::atomic<uint32_t> anagrpid{0};
   // -- control thread only --
-  std::shared_ptr<Controller> ctrl;
+  std::shared_ptr<PathEndpoint> ctrl;  ///< a fabric controller or a kernel path
   uint32_t nsid = 0;
   uint16_t cqt_ms = 0;
   std::array<uint16_t, 3> crdt_100ms{};

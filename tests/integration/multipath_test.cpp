@@ -396,8 +396,9 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
   REQUIRE(rig.target->read_ns("nqn.2024-01.io.nvmeof:target", 1, lba * kBlock, got.data(), kBlock));
   CHECK(block_matches(got.data(), lba, 2));
   // The held write existed and lost: it ran late inside the quiesce time, or (when the target's
-  // thread was held off past CQT on a loaded machine) it was dropped; either way before write 2.
-  CHECK(held_resolved() == 1);
+  // thread was held off past CQT on a loaded machine) it was dropped; either way before write 2
+  // landed.
+  CHECK(held_resolved() >= 1);  // write 2 may itself be held on the reconnected path 0
   auto st = rig.vol->stats();
   INFO(to_text(st));
   REQUIRE_FALSE(st.timeline.empty());

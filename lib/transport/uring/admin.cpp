@@ -1,5 +1,7 @@
 #include "transport/uring/admin.hpp"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <linux/nvme_ioctl.h>
 #include <sys/ioctl.h>
@@ -84,7 +86,17 @@ Result<NamespaceInfo> AdminDevice::identify_namespace(uint32_t nsid) const {
   prep_identify(cmd, cns::kNamespace, nsid);
   auto r = run(cmd, buf.get(), 4096);
   if (!r) return r.error();
-  return parse_identify_namespace({buf.get(), 4096}, nsid);
+  auto ns = parse_identify_namespace({buf.get(), 4096}, nsid);
+  if (!ns) return ns.error();
+  // The descriptor list (NVMe 1.3+) adds the UUID; a controller without it still has NGUID/EUI64.
+  prep_identify(cmd, cns::kNamespaceDescriptors, nsid);
+  std::memset(buf.get(), 0, 4096);
+  if (auto d = run(cmd, buf.get(), 4096); d) {
+    if (auto p = parse_ns_descriptors({buf.get(), 4096}, ns->id); !p) return p.error();
+  } else if (d.error().category() != nvme_category()) {
+    return d.error();
+  }
+  return ns;
 }
 
 Result<AnaLog> AdminDevice::ana_log(uint32_t max_bytes) const {

@@ -36,22 +36,6 @@ uint64_t read_sysfs_u64(const std::string& path) {
   return v;
 }
 
-// The block queue limits of the path behind /dev/ngXnY live under its block twin nvmeXnY.
-uint32_t transfer_limit(const std::string& device, const std::string& sysfs_root) {
-  std::string base = device.substr(device.find_last_of('/') + 1);
-  if (base.rfind("ng", 0) != 0) return kDefaultMaxTransfer;
-  base = "nvme" + base.substr(2);
-  const std::string q = sysfs_root + "/block/" + base + "/queue/";
-  const uint64_t kb = read_sysfs_u64(q + "max_hw_sectors_kb");
-  const uint64_t segs = read_sysfs_u64(q + "max_segments");
-  if (kb == 0) return kDefaultMaxTransfer;
-  uint64_t limit = kb * 1024;
-  // A user buffer maps page by page; a non-contiguous one needs a segment per page.
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  if (segs) limit = std::min(limit, segs * page);
-  return static_cast<uint32_t>(std::min<uint64_t>(limit, kMaxTransferCap));
-}
-
 bool is_host_path_status(NvmeStatus s) {
   // 70h host pathing error, 71h aborted by host: the kernel's answers while its controller is
   // not live.
@@ -71,6 +55,22 @@ void ignore_sigpipe() {
 }
 
 }  // namespace
+
+uint32_t transfer_limit(const std::string& device, const std::string& sysfs_root) {
+  std::string base = device.substr(device.find_last_of('/') + 1);
+  if (base.rfind("ng", 0) != 0) return kDefaultMaxTransfer;
+  base = "nvme" + base.substr(2);
+  const std::string q = sysfs_root + "/block/" + base + "/queue/";
+  const uint64_t kb = read_sysfs_u64(q + "max_hw_sectors_kb");
+  const uint64_t segs = read_sysfs_u64(q + "max_segments");
+  if (kb == 0) return kDefaultMaxTransfer;
+  uint64_t limit = kb * 1024;
+  // A user buffer maps page by page; a non-contiguous one needs a segment per page.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (segs) limit = std::min(limit, segs * page);
+  return static_cast<uint32_t>(std::min<uint64_t>(limit, kMaxTransferCap));
+}
+
 
 // Everything the kernel may touch while commands are in flight: the ring (and through its SQEs
 // the requests' buffers), the device and the eventfd whose read waits on the reactor's ring.

@@ -53,6 +53,11 @@ struct QpConfig {
   std::string sysfs_root = "/sys";
 };
 
+/// The largest command data length for `device` (/dev/ngXnY), from the block queue limits of its
+/// block twin nvmeXnY under <sysfs_root>/block (max_hw_sectors_kb, max_segments pages), capped at
+/// kMaxTransferCap; kDefaultMaxTransfer when sysfs does not say.
+uint32_t transfer_limit(const std::string& device, const std::string& sysfs_root);
+
 class QueuePair final : public nvmeof::QueuePair {
  public:
   /// Opens the device, reads its NSID (NVME_IOCTL_ID) and sets up the passthrough ring with the
