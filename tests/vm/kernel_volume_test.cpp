@@ -6,7 +6,8 @@
 //              verified workload while port 2's ANA group goes inaccessible and back, then
 //              port 1 is taken away and given back: zero application errors, zero mismatches,
 //              the longest stall printed. Needs the controllers of [connect] (same guest run).
-//   [disconnect] every kernel controller of the subsystem deleted through libnvme.
+//   [disconnect] a controller reset (the fence of a kernel path) and back to live; then every
+//              kernel controller of the subsystem deleted through libnvme.
 // Addresses and the NQN come from TCP1, TCP2, RDMA_ADDR, NQN and NVMET (guest_lib.sh).
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
@@ -207,6 +208,15 @@ TEST_CASE("a volume over three kernel paths survives an ANA flip and a lost port
 TEST_CASE("kernel controllers are deleted through libnvme", "[disconnect]") {
   const Paths kp = kernel_paths();
   REQUIRE_FALSE(kp.controllers.empty());
+  {
+    // Fencing a kernel path is a reset: the controller leaves live, then reconnects.
+    const std::string& c = kp.controllers.front();
+    REQUIRE(kernel_controller_state(c) == "live");
+    REQUIRE(kernel_reset(c));
+    for (int i = 0; i < 100 && kernel_controller_state(c) != "live"; ++i) std::this_thread::sleep_for(100ms);
+    CHECK(kernel_controller_state(c) == "live");
+    CHECK(kernel_reset("nvme999").error() == errno_code(ENOENT));
+  }
   for (const auto& c : kp.controllers) {
     INFO(c);
     CHECK(kernel_disconnect(c));
