@@ -1,9 +1,7 @@
 // A closed-loop verified workload on a Volume, shared by the tests that fail paths under it.
 //
-// `qd` slots, each alternating stamped writes and verifying reads on LBAs of its own (slots
-// never overlap), resubmitting from the completion. A block written with (lba, seq) holds a
-// header {lba, seq, magic} and a pattern derived from both, so a read that returns an older
-// write, another block, or garbage is a mismatch. An all-zero block matches "never written".
+// `qd` slots, each alternating stamped writes (block_stamp.hpp) and verifying reads on LBAs of
+// its own (slots never overlap), resubmitting from the completion on the reactor thread.
 // Besides errors and mismatches it records the longest wait of any I/O and the longest time
 // in which no I/O completed at all (the stall an application would have seen).
 #pragma once
@@ -18,32 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "block_stamp.hpp"
 #include "nvmeof/reactor.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::test {
-
-inline constexpr uint64_t kStampMagic = 0x6e766d656f66ull;
-
-struct Stamp {
-  uint64_t lba;
-  uint64_t seq;
-  uint64_t magic;
-};
-
-inline void fill_block(uint8_t* p, uint32_t block, uint64_t lba, uint64_t seq) {
-  const Stamp s{lba, seq, kStampMagic};
-  std::memcpy(p, &s, sizeof s);
-  for (uint32_t i = sizeof s; i < block; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
-}
-
-/// True when the block holds exactly (lba, seq); seq 0 means all zero.
-inline bool block_matches(const uint8_t* p, uint32_t block, uint64_t lba, uint64_t seq) {
-  if (seq == 0) return std::all_of(p, p + block, [](uint8_t b) { return b == 0; });
-  std::vector<uint8_t> want(block);
-  fill_block(want.data(), block, lba, seq);
-  return std::memcmp(p, want.data(), block) == 0;
-}
 
 class VerifiedWorkload {
  public:

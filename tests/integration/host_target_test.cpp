@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/block_stamp.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/target.hpp"
@@ -67,34 +68,14 @@ struct Env {
   }
 };
 
-// Every block carries its LBA and a write sequence number, then a pattern derived from both.
-void stamp(uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  std::memcpy(p, &lba, 8);
-  std::memcpy(p + 8, &seq, 8);
-  for (uint32_t i = 16; i < block_size; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
-}
-
-bool check_stamp(const uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  uint64_t l, s;
-  std::memcpy(&l, p, 8);
-  std::memcpy(&s, p + 8, 8);
-  if (l != lba || s != seq) return false;
-  for (uint32_t i = 16; i < block_size; ++i)
-    if (p[i] != static_cast<uint8_t>(lba * 31 + seq * 7 + i)) return false;
-  return true;
-}
-
 std::vector<uint8_t> stamped(uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
   std::vector<uint8_t> v(static_cast<size_t>(block_size) * nlb);
-  for (uint32_t i = 0; i < nlb; ++i) stamp(v.data() + size_t{i} * block_size, block_size, slba + i, seq);
+  test::fill_blocks(v.data(), block_size, slba, nlb, seq);
   return v;
 }
 
 bool all_stamped(const std::vector<uint8_t>& v, uint32_t block_size, uint64_t slba, uint64_t seq) {
-  const size_t nlb = v.size() / block_size;
-  for (size_t i = 0; i < nlb; ++i)
-    if (!check_stamp(v.data() + i * block_size, block_size, slba + i, seq)) return false;
-  return true;
+  return test::count_mismatches(v.data(), block_size, slba, static_cast<uint32_t>(v.size() / block_size), seq) == 0;
 }
 
 uint16_t closed_port() {

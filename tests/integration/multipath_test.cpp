@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/verified_workload.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -22,130 +23,11 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint32_t kBlock = 4096;
-constexpr uint32_t kQd = 16;
-constexpr uint32_t kLbasPerSlot = 32;  // slot i owns LBAs [i*32, i*32+32): no overlapping I/O
+void fill_block(uint8_t* p, uint64_t lba, uint64_t seq) { test::fill_block(p, kBlock, lba, seq); }
+bool block_matches(const uint8_t* p, uint64_t lba, uint64_t seq) { return test::block_matches(p, kBlock, lba, seq); }
 
-struct Stamp {
-  uint64_t lba;
-  uint64_t seq;
-  uint64_t magic;
-};
-constexpr uint64_t kMagic = 0x6e766d656f66ull;
-
-void fill_block(uint8_t* p, uint64_t lba, uint64_t seq) {
-  Stamp s{lba, seq, kMagic};
-  std::memcpy(p, &s, sizeof s);
-  for (uint32_t i = sizeof s; i < kBlock; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
-}
-
-// 0 when the block holds exactly (lba, seq); an all-zero block matches seq 0.
-bool block_matches(const uint8_t* p, uint64_t lba, uint64_t seq) {
-  if (seq == 0) {
-    for (uint32_t i = 0; i < kBlock; ++i)
-      if (p[i]) return false;
-    return true;
-  }
-  std::vector<uint8_t> want(kBlock);
-  fill_block(want.data(), lba, seq);
-  return std::memcmp(p, want.data(), kBlock) == 0;
-}
-
-// A closed-loop workload: kQd slots, each alternating writes and verifying reads on its own LBAs,
-// resubmitting from the completion (on the reactor thread).
-struct Workload {
-  struct Slot {
-    Workload* w = nullptr;
-    uint32_t index = 0;
-    VolumeIo io;
-    std::vector<uint8_t> buf = std::vector<uint8_t>(kBlock * 2);
-    std::vector<uint64_t> acked = std::vector<uint64_t>(kLbasPerSlot, 0);
-    uint64_t pending_seq = 0;
-    uint32_t nblocks = 1;
-    uint64_t rng = 0;
-  };
-
-  Volume& vol;
-  std::vector<Slot> slots{kQd};
-  std::atomic<bool> stop{false};
-  std::atomic<uint32_t> idle{0};
-  std::atomic<uint64_t> completed{0}, errors{0}, mismatches{0}, writes{0}, reads{0};
-  uint64_t next_seq = 1;  // per slot sequences are derived from it (slots never share LBAs)
-
-  explicit Workload(Volume& v) : vol(v) {
-    for (uint32_t i = 0; i < kQd; ++i) {
-      slots[i].w = this;
-      slots[i].index = i;
-      slots[i].rng = 0x9e3779b97f4a7c15ull * (i + 1);
-    }
-  }
-
-  static uint64_t next_rand(uint64_t& x) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  }
-
-  static void on_done(VolumeIo& io, NvmeStatus st) noexcept {
-    auto& s = *static_cast<Slot*>(io.user);
-    s.w->complete(s, st);
-  }
-
-  void complete(Slot& s, NvmeStatus st) {
-    completed.fetch_add(1);
-    const uint32_t first = static_cast<uint32_t>(s.io.slba - s.index * kLbasPerSlot);
-    if (!st.is_success()) {
-      errors.fetch_add(1);
-      UNSCOPED_INFO("I/O failed: " << to_string(st));
-    } else if (s.io.op == IoOp::write) {
-      for (uint32_t b = 0; b < s.nblocks; ++b) s.acked[first + b] = s.pending_seq;
-    } else {
-      for (uint32_t b = 0; b < s.nblocks; ++b)
-        if (!block_matches(s.buf.data() + b * kBlock, s.io.slba + b, s.acked[first + b])) mismatches.fetch_add(1);
-    }
-    issue(s);
-  }
-
-  void issue(Slot& s) {
-    if (stop.load()) {
-      idle.fetch_add(1);
-      return;
-    }
-    const uint64_t r = next_rand(s.rng);
-    s.nblocks = 1 + (r >> 40) % 2;
-    const uint32_t first = static_cast<uint32_t>((r >> 8) % (kLbasPerSlot - 1));
-    s.io = VolumeIo{};
-    s.io.slba = s.index * kLbasPerSlot + first;
-    s.io.nlb = s.nblocks;
-    s.io.buf = s.buf.data();
-    s.io.done = &on_done;
-    s.io.user = &s;
-    if (r & 1) {
-      s.io.op = IoOp::write;
-      s.pending_seq = (r >> 20) | 1;
-      for (uint32_t b = 0; b < s.nblocks; ++b) fill_block(s.buf.data() + b * kBlock, s.io.slba + b, s.pending_seq);
-      writes.fetch_add(1);
-    } else {
-      s.io.op = IoOp::read;
-      reads.fetch_add(1);
-    }
-    if (vol.submit(s.io) != 0) {
-      errors.fetch_add(1);
-      idle.fetch_add(1);
-    }
-  }
-
-  void start() {
-    for (auto& s : slots) issue(s);
-  }
-  // Stops issuing and waits until every slot's last I/O has completed (nothing lost).
-  bool finish(std::chrono::milliseconds timeout) {
-    stop.store(true);
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (idle.load() < kQd && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    return idle.load() == kQd;
-  }
-};
+// kQd slots, each alternating writes and verifying reads on its own 32 LBAs.
+using Workload = test::VerifiedWorkload;
 
 struct Rig {
   std::unique_ptr<Target> target;
@@ -192,17 +74,18 @@ void run_fault(Rig& rig, const std::function<void()>& fault, std::chrono::millis
   Workload w(*rig.vol);
   w.start();
   std::this_thread::sleep_for(300ms);
-  const uint64_t before = w.completed.load();
+  const uint64_t before = w.completed();
   REQUIRE(before > 0);
   fault();
   std::this_thread::sleep_for(after);
-  const uint64_t during = w.completed.load() - before;
+  const uint64_t during = w.completed() - before;
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
   INFO(to_text(st));
-  CHECK(w.errors.load() == 0);
-  CHECK(w.mismatches.load() == 0);
-  CHECK(w.writes.load() + w.reads.load() == w.completed.load());
+  INFO("first error: " << w.first_error());
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(w.writes() + w.reads() == w.completed());
   CHECK(during > 50);  // I/O kept flowing after the fault
   if (expect_event) CHECK_FALSE(st.timeline.empty());
 }
@@ -290,7 +173,7 @@ TEST_CASE("ANA optimized to inaccessible moves I/O to the other path", "[multipa
   w.start();
   std::this_thread::sleep_for(200ms);
   REQUIRE(w.finish(10s));
-  CHECK(w.errors.load() == 0);
+  CHECK(w.errors() == 0);
   CHECK(rig.vol->stats().paths[0].ios == p0);
 }
 
@@ -414,8 +297,8 @@ TEST_CASE("selectors: with one path slowed, queue-depth and service-time avoid i
     w.start();
     std::this_thread::sleep_for(600ms);
     REQUIRE(w.finish(10s));
-    CHECK(w.errors.load() == 0);
-    CHECK(w.mismatches.load() == 0);
+    CHECK(w.errors() == 0);
+    CHECK(w.mismatches() == 0);
     const auto st = rig.vol->stats();
     const double total = static_cast<double>(st.paths[0].ios + st.paths[1].ios);
     const double slow_share = static_cast<double>(st.paths[0].ios) / total;
@@ -434,8 +317,8 @@ TEST_CASE("changing the selector on a live volume is safe", "[multipath][selecto
     std::this_thread::sleep_for(10ms);
   }
   REQUIRE(w.finish(10s));
-  CHECK(w.errors.load() == 0);
-  CHECK(w.mismatches.load() == 0);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
 }
 
 TEST_CASE("opening a volume with no reachable path fails with a clear error", "[multipath]") {
@@ -474,8 +357,8 @@ TEST_CASE("a volume opens every path a discovery controller lists", "[multipath]
   w.start();
   std::this_thread::sleep_for(200ms);
   REQUIRE(w.finish(10s));
-  CHECK(w.errors.load() == 0);
-  CHECK(w.mismatches.load() == 0);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
   // A subsystem the discovery controller does not list gives a clear error.
   vo.connect.subnqn = "nqn.2024-01.io.nvmeof:absent";
   auto none = Volume::open_discovered(disc, vo);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/block_stamp.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -69,33 +70,11 @@ struct Host {
   }
 };
 
-// Every block carries its LBA and a write sequence number, then a pattern derived from both.
-void stamp(uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  std::memcpy(p, &lba, 8);
-  std::memcpy(p + 8, &seq, 8);
-  for (uint32_t i = 16; i < block_size; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
-}
-
-bool check_stamp(const uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  uint64_t l, s;
-  std::memcpy(&l, p, 8);
-  std::memcpy(&s, p + 8, 8);
-  if (l != lba || s != seq) return false;
-  for (uint32_t i = 16; i < block_size; ++i)
-    if (p[i] != static_cast<uint8_t>(lba * 31 + seq * 7 + i)) return false;
-  return true;
-}
-
 void stamp_range(uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  for (uint32_t i = 0; i < nlb; ++i) stamp(p + size_t{i} * block_size, block_size, slba + i, seq);
+  test::fill_blocks(p, block_size, slba, nlb, seq);
 }
-
-// Number of blocks in [slba, slba + nlb) that do not carry (lba, seq).
 uint32_t mismatches(const uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  uint32_t bad = 0;
-  for (uint32_t i = 0; i < nlb; ++i)
-    if (!check_stamp(p + size_t{i} * block_size, block_size, slba + i, seq)) ++bad;
-  return bad;
+  return test::count_mismatches(p, block_size, slba, nlb, seq);
 }
 
 const char* digest_name(Digest d) {
