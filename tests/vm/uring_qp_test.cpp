@@ -3,7 +3,9 @@
 //
 //   uring_qp_test data <ng> <ng>...          stamped writes through each path in turn, read back
 //                                            and verified through every other path, QD 1 and 32,
-//                                            4 KiB and 128 KiB commands
+//                                            4 KiB and 128 KiB commands; every path but the first
+//                                            with registered buffers (IORING_URING_CMD_FIXED);
+//                                            prints which pairs poll (IOPOLL)
 //   uring_qp_test ana <nvmeX> <state>        ANA log page through admin passthrough == <state>
 //   uring_qp_test loss <ng> <seconds>        reads at QD 32 until the path dies (the caller
 //                                            removes the nvmet port): every outstanding and every
@@ -156,16 +158,22 @@ int cmd_data(const std::vector<std::string>& devs) {
   if (devs.size() < 2) return fail("data needs two or more paths");
   auto reactor = Reactor::create();
   if (!reactor) return fail("reactor");
+  constexpr size_t kBufBytes = 32u << 17;
+  Buffer wbuf = page_buffer(kBufBytes);
+  Buffer rbuf = page_buffer(kBufBytes);
   std::vector<Path> paths;
-  for (const auto& d : devs) {
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const auto& d = devs[i];
     uring::QpConfig cfg;
     cfg.device = d;
     cfg.depth = 64;
+    // The first path pins pages per command; the others use the two buffers registered once.
+    if (i > 0) cfg.buffers = {{wbuf.get(), kBufBytes}, {rbuf.get(), kBufBytes}};
     auto qp = uring::QueuePair::open(**reactor, cfg);
     if (!qp) return fail(("open " + d).c_str());
     (*qp)->start();
-    std::printf("path %s: nsid %u max_transfer %u\n", d.c_str(), (*qp)->nsid(),
-                (*qp)->max_transfer());
+    std::printf("path %s: nsid %u max_transfer %u polled %d registered buffers %zu\n", d.c_str(),
+                (*qp)->nsid(), (*qp)->max_transfer(), (*qp)->polled() ? 1 : 0, cfg.buffers.size());
     paths.push_back({d, std::move(*qp)});
   }
   auto admin = uring::AdminDevice::open(ctrl_of(devs[0]));
@@ -177,8 +185,6 @@ int cmd_data(const std::vector<std::string>& devs) {
               static_cast<unsigned long long>(ns->size_blocks), lba_size);
 
   uint64_t seq = 1;
-  Buffer wbuf = page_buffer(32u << 17);
-  Buffer rbuf = page_buffer(32u << 17);
   for (unsigned qd : {1u, 32u}) {
     for (uint32_t size : {4096u, 128u << 10}) {
       for (size_t w = 0; w < paths.size(); ++w, ++seq) {
@@ -208,6 +214,13 @@ int cmd_data(const std::vector<std::string>& devs) {
                     kCount, paths[w].device.c_str(), paths.size() - 1);
       }
     }
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const uint64_t fixed = paths[i].qp->fixed_submissions();
+    std::printf("path %s: %llu commands with registered buffers, still using them %d\n",
+                paths[i].device.c_str(), static_cast<unsigned long long>(fixed),
+                paths[i].qp->uses_registered_buffers() ? 1 : 0);
+    if ((i > 0) != (fixed > 0)) return fail("registered buffers used where not registered, or not used");
   }
   paths.clear();
   std::printf("data: pass\n");

@@ -17,7 +17,13 @@ done
 ng0=/dev/ng${c0#nvme}n1 ng1=/dev/ng${c1#nvme}n1 ng2=/dev/ng${c2#nvme}n1
 
 echo "uring_qp_test: data"
-"$bin" data "$ng0" "$ng1" "$ng2" || fail "data through the passthrough queue pairs"
+"$bin" data "$ng0" "$ng1" "$ng2" >/tmp/data.txt || { cat /tmp/data.txt; fail "data through the passthrough queue pairs"; }
+cat /tmp/data.txt
+# Registered buffers work over nvme-tcp (the kernel refuses them over nvme-rdma, and the pair
+# falls back to ordinary commands there).
+grep -q "path $ng1: .* still using them 1" /tmp/data.txt || fail "registered buffers not used on $ng1"
+# Passthrough polling (IOPOLL) stays off: it crashes this kernel (see QpConfig::iopoll).
+grep -q "path $ng1: .* polled 0 " /tmp/data.txt || fail "the pair on $ng1 polls"
 
 echo "uring_qp_test: ANA"
 nvmet_ana_state 2 non-optimized

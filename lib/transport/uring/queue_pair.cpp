@@ -36,6 +36,13 @@ uint64_t read_sysfs_u64(const std::string& path) {
   return v;
 }
 
+// 1 when the block twin nvmeXnY of /dev/ngXnY has poll queues.
+bool has_poll_queues(const std::string& device, const std::string& sysfs_root) {
+  std::string base = device.substr(device.find_last_of('/') + 1);
+  if (base.rfind("ng", 0) != 0) return false;
+  return read_sysfs_u64(sysfs_root + "/block/nvme" + base.substr(2) + "/queue/io_poll") == 1;
+}
+
 bool is_host_path_status(NvmeStatus s) {
   // 70h host pathing error, 71h aborted by host: the kernel's answers while its controller is
   // not live.
@@ -90,7 +97,9 @@ struct QueuePair::Core {
   int efd = -1;
   uint64_t efd_buf = 0;
   bool wake_armed = false;  // an eventfd read is pending on the reactor's ring
+  bool polled = false;      // IORING_SETUP_IOPOLL: completions come only from polling
   uint32_t inflight = 0;    // requests handed to the ring (queued or in the kernel)
+  std::vector<iovec> bufs;  // registered with the ring, index = buf_index
 
   ~Core() {
     if (ring_ok) io_uring_queue_exit(&ring);
@@ -99,7 +108,7 @@ struct QueuePair::Core {
   }
 
   void arm_wake() noexcept {
-    if (wake_armed) return;
+    if (wake_armed || polled) return;
     io_uring_sqe* sqe = reactor->get_sqe();
     if (!sqe) return;  // the next turn retries
     io_uring_prep_read(sqe, efd, &efd_buf, sizeof efd_buf, 0);
@@ -153,6 +162,8 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
   // notification interrupts a thread that sleeps on the reactor's ring.
   p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_CQSIZE;
   p.cq_entries = cfg.depth * 2;
+  core->polled = cfg.iopoll && has_poll_queues(cfg.device, cfg.sysfs_root);
+  if (core->polled) p.flags |= IORING_SETUP_IOPOLL;
   int r = io_uring_queue_init_params(cfg.depth, &core->ring, &p);
   if (r < 0) {
     std::fprintf(stderr, "nvmeof: %s: io_uring set-up (SQE128|CQE32): %s\n", label.c_str(),
@@ -164,6 +175,15 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
   if (r < 0) {
     std::fprintf(stderr, "nvmeof: %s: register file: %s\n", label.c_str(), std::strerror(-r));
     return errno_code(-r);
+  }
+  if (!cfg.buffers.empty()) {
+    // Best effort: without them every command still works, pinning its pages per I/O.
+    r = io_uring_register_buffers(&core->ring, cfg.buffers.data(), static_cast<unsigned>(cfg.buffers.size()));
+    if (r < 0)
+      std::fprintf(stderr, "nvmeof: %s: register %zu buffers: %s (continuing without)\n", label.c_str(),
+                   cfg.buffers.size(), std::strerror(-r));
+    else
+      core->bufs = cfg.buffers;
   }
   // Blocking on purpose: io_uring fails a read of an O_NONBLOCK eventfd with EAGAIN.
   core->efd = ::eventfd(0, EFD_CLOEXEC);
@@ -193,6 +213,7 @@ QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, Core* core, uint32_t
       label_("uring " + cfg.device),
       nsid_(nsid),
       max_transfer_(max_transfer),
+      polled_(core->polled),
       core_(core) {
   core_->qp = this;
 }
@@ -202,6 +223,15 @@ QueuePair::~QueuePair() {
   uint64_t deadline = Reactor::clock_ns() + bound_ns();
   while (core_->inflight > 0 && Reactor::clock_ns() < deadline)
     reactor_.poll(std::chrono::milliseconds(1));
+  if (core_->polled && core_->inflight > 0) {
+    // Polled completions arrive only while someone polls, so this pair cannot be orphaned:
+    // keep polling; the kernel's I/O timeout bounds the wait.
+    std::fprintf(stderr, "nvmeof: %s: waiting for %u polled commands\n", label_.c_str(), core_->inflight);
+    while (core_->inflight > 0) {
+      io_uring_get_events(&core_->ring);
+      reap();
+    }
+  }
   if (poller_added_) reactor_.remove_poller(&QueuePair::poll_fn, this);
   Core* c = core_;
   core_ = nullptr;
@@ -248,12 +278,36 @@ int QueuePair::submit(IoRequest& req) noexcept {
 
   req.cmd.cid = next_cid_++;
   req.submit_ns = reactor_.now_ns();
+  prep_sqe(sqe, req, use_fixed_);
+  ++c.inflight;
+  return 0;
+}
+
+// The user_data of a command that went with a registered buffer has its low bit set
+// (IoRequest is 8-byte aligned), so that its completion knows.
+void QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept {
+  Core& c = *core_;
+  const uint32_t len = req.data_len;
+  uint64_t tag = 0;
   // prep_rw fills the first 64 bytes (off = 0 clears cmd_op's word); the command area past
   // them is left as the ring slot was, so it is cleared as a whole before the command goes in.
   io_uring_prep_rw(IORING_OP_URING_CMD, sqe, 0, nullptr, 0, 0);
   io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
   sqe->cmd_op = NVME_URING_CMD_IO;
-  io_uring_sqe_set_data(sqe, &req);
+  if (len && allow_fixed && !c.bufs.empty()) {
+    const auto p = reinterpret_cast<uintptr_t>(req.data);
+    for (size_t i = 0; i < c.bufs.size(); ++i) {
+      const auto b = reinterpret_cast<uintptr_t>(c.bufs[i].iov_base);
+      if (p >= b && p + len <= b + c.bufs[i].iov_len) {
+        sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
+        sqe->buf_index = static_cast<uint16_t>(i);
+        ++fixed_submissions_;
+        tag = 1;
+        break;
+      }
+    }
+  }
+  sqe->user_data = reinterpret_cast<uintptr_t>(&req) | tag;
   nvme_uring_cmd cmd{};
   cmd.opcode = req.cmd.opcode;
   cmd.flags = 0;
@@ -273,8 +327,6 @@ int QueuePair::submit(IoRequest& req) noexcept {
   uint8_t* area = reinterpret_cast<uint8_t*>(sqe) + offsetof(io_uring_sqe, cmd);
   std::memset(area, 0, kCmdArea);
   std::memcpy(area, &cmd, sizeof cmd);
-  ++c.inflight;
-  return 0;
 }
 
 void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
@@ -313,7 +365,15 @@ int QueuePair::turn() noexcept {
     }
     ++n;
   }
-  if (c.inflight > 0) c.arm_wake();
+  if (c.inflight > 0) {
+    if (c.polled) {
+      // Polling is how polled commands complete; staying busy keeps the reactor from sleeping.
+      io_uring_get_events(&c.ring);
+      n += reap() + 1;
+    } else {
+      c.arm_wake();
+    }
+  }
   return n;
 }
 
@@ -323,11 +383,27 @@ int QueuePair::reap() noexcept {
   io_uring_cqe* cqe = nullptr;
   // One at a time, advancing before the callback, which may submit or close.
   while (io_uring_peek_cqe(&c.ring, &cqe) == 0 && cqe) {
-    auto* req = reinterpret_cast<IoRequest*>(static_cast<uintptr_t>(cqe->user_data));
+    const uint64_t ud = cqe->user_data;
+    auto* req = reinterpret_cast<IoRequest*>(static_cast<uintptr_t>(ud & ~uint64_t{1}));
     const int res = cqe->res;
     const uint64_t result = cqe->big_cqe[0];
     io_uring_cqe_seen(&c.ring, cqe);
     --c.inflight;
+    // Some transports' kernel drivers cannot map a registered buffer (nvme-rdma in Linux 6.1
+    // refuses it with EINVAL before anything reaches the device): the command is sent again
+    // the ordinary way, and the pair stops using registered buffers.
+    if ((ud & 1) && res == -EINVAL && state_ == QpState::live) {
+      if (io_uring_sqe* sqe = io_uring_get_sqe(&c.ring)) {
+        if (use_fixed_)
+          std::fprintf(stderr, "nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
+                       label_.c_str());
+        use_fixed_ = false;
+        prep_sqe(sqe, *req, false);
+        ++c.inflight;
+        ++n;
+        continue;
+      }
+    }
     on_completion(*req, res, result);
     ++n;
   }

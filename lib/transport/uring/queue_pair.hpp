@@ -26,9 +26,12 @@
 // destroy the pair.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nvmeof/queue_pair.hpp"
 #include "nvmeof/reactor.hpp"
@@ -51,6 +54,19 @@ struct QpConfig {
   /// kMaxTransferCap, else kDefaultMaxTransfer.
   uint32_t max_transfer = 0;
   std::string sysfs_root = "/sys";
+  /// Poll for completions (IORING_SETUP_IOPOLL) when the device has poll queues (the kernel
+  /// controller was connected with nr_poll_queues > 0; <sysfs_root>/block/nvmeXnY/queue/io_poll
+  /// is 1). The reactor then spins on the pair while commands are outstanding instead of
+  /// sleeping. Ignored for devices without poll queues.
+  /// Off by default: Linux 6.1's passthrough polling (nvme_ns_chr_uring_cmd_iopoll) can poll a
+  /// bio that already completed; in the testbed (Debian's 6.1.0) the first polled command over
+  /// nvme-tcp crashed the kernel with a general protection fault in bio_poll. Turn it on only
+  /// on a kernel whose passthrough polling you trust.
+  bool iopoll = false;
+  /// Memory registered once with the ring (io_uring_register_buffers). A command whose buffer
+  /// lies wholly inside one of them goes as IORING_URING_CMD_FIXED (no page pinning per I/O);
+  /// others go as before. The regions must outlive the pair.
+  std::vector<iovec> buffers;
 };
 
 /// The largest command data length for `device` (/dev/ngXnY), from the block queue limits of its
@@ -92,6 +108,13 @@ class QueuePair final : public nvmeof::QueuePair {
   uint32_t outstanding() const noexcept override;
   uint32_t max_transfer() const noexcept override { return max_transfer_; }
 
+  /// True when the pair polls for completions (IOPOLL).
+  bool polled() const noexcept { return polled_; }
+  /// Commands sent with a registered buffer (IORING_URING_CMD_FIXED) since the pair opened.
+  uint64_t fixed_submissions() const noexcept { return fixed_submissions_; }
+  /// False once the kernel refused a registered buffer on this path (EINVAL: nvme-rdma in
+  /// Linux 6.1); the pair then sends every command the ordinary way.
+  bool uses_registered_buffers() const noexcept { return use_fixed_ && !cfg_.buffers.empty(); }
   /// The namespace ID the kernel reports for the device.
   uint32_t nsid() const noexcept { return nsid_; }
   /// "uring /dev/ng0n1", the prefix of this pair's log lines.
@@ -109,6 +132,7 @@ class QueuePair final : public nvmeof::QueuePair {
   static int poll_fn(void* self) noexcept;
   int turn() noexcept;
   int reap() noexcept;
+  void prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept;
   void on_completion(IoRequest& req, int res, uint64_t result) noexcept;
   void fail(std::error_code why, const char* detail) noexcept;
 
@@ -120,6 +144,9 @@ class QueuePair final : public nvmeof::QueuePair {
   uint32_t nsid_ = 0;
   uint32_t max_transfer_ = 0;
   uint16_t next_cid_ = 0;
+  bool polled_ = false;
+  bool use_fixed_ = true;
+  uint64_t fixed_submissions_ = 0;
   bool poller_added_ = false;
   Core* core_ = nullptr;  // outlives the pair while the kernel still holds commands
 };
