@@ -75,6 +75,7 @@ struct QueuePair::Watch {
   QueuePair* qp = nullptr;
   bool cq_armed = false;
   bool cm_armed = false;
+  bool orphaned = false;  // the pair is gone; the last poll to complete frees the watch
 
   Watch() {
     cq_h.w = cm_h.w = this;
@@ -82,13 +83,13 @@ struct QueuePair::Watch {
       Watch* w = static_cast<Handler*>(h)->w;
       w->cq_armed = false;
       if (w->qp) w->qp->on_cq_event();
-      else if (!w->cm_armed) delete w;
+      else if (w->orphaned && !w->cm_armed) delete w;
     };
     cm_h.fn = [](IoHandler* h, const io_uring_cqe&) noexcept {
       Watch* w = static_cast<Handler*>(h)->w;
       w->cm_armed = false;
       if (w->qp) w->qp->on_cm_event();
-      else if (!w->cq_armed) delete w;
+      else if (w->orphaned && !w->cq_armed) delete w;
     };
   }
 };
@@ -189,7 +190,10 @@ QueuePair::~QueuePair() {
     const uint64_t deadline = Reactor::clock_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(kDrainBound).count());
     while ((w->cq_armed || w->cm_armed) && Reactor::clock_ns() < deadline)
       reactor_.poll(std::chrono::milliseconds(1));
-    if (w->cq_armed || w->cm_armed) w = nullptr;  // it frees itself when the polls complete
+    if (w->cq_armed || w->cm_armed) {
+      w->orphaned = true;  // it frees itself when the polls complete
+      w = nullptr;
+    }
   }
   delete w;
   res_.reset();
@@ -319,9 +323,12 @@ int QueuePair::turn() noexcept {
   if (state_ == QpState::closed) return 0;
   int n = reap();
   n += post_sends();
-  if (n == 0 && (outstanding_ || state_ == QpState::failed)) {
+  // A reactor may sleep (or, on the control thread, not turn at all) until io_uring reports
+  // something: while commands are in flight the CQ stays armed and its channel polled.
+  if ((outstanding_ || state_ == QpState::failed) && !cq_notify_armed_) {
     arm_cq();
     n += reap();  // what arrived before the CQ was armed raises no event
+    n += post_sends();
   }
   arm_watches();
   return n;
