@@ -35,8 +35,9 @@ run_ours() {  # run_ours <qd>
     echo "$_o" | sed -n 's/.*: \([0-9]*\) IOPS.*/\1/p'
 }
 # fio, ours, fio, ours at each depth: alternating evens out drift in the emulated machine.
-f1=$(run_fio 1); o1=$(run_ours 1); f2=$(run_fio 1); o2=$(run_ours 1)
-F1=$(run_fio 32); O1=$(run_ours 32); F2=$(run_fio 32); O2=$(run_ours 32)
+# (fail in a command substitution ends only the subshell: each result is checked here.)
+f1=$(run_fio 1) && o1=$(run_ours 1) && f2=$(run_fio 1) && o2=$(run_ours 1) || fail "QD 1 runs"
+F1=$(run_fio 32) && O1=$(run_ours 32) && F2=$(run_fio 32) && O2=$(run_ours 32) || fail "QD 32 runs"
 echo "$f1 $f2 $o1 $o2 $F1 $F2 $O1 $O2" | awk '{
     f = ($1 + $2) / 2; o = ($3 + $4) / 2; F = ($5 + $6) / 2; O = ($7 + $8) / 2;
     printf "QD1 4k randread: kernel nvme-rdma + fio %.1f us, nvmeof rdma %.1f us (1/IOPS, means of 2 runs)\n", 1e6 / f, 1e6 / o;

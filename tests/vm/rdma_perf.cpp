@@ -2,6 +2,7 @@
 //   rdma_perf <rdma://addr:port> <subnqn> <seconds> <qd>
 // Prints "nvmeof rdma randread 4k qdN: <iops> IOPS". Exit 0, 1 on error, 77 when the library
 // was built without RDMA.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -60,7 +61,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int seconds = std::atoi(argv[3]);
-  const uint32_t qd = static_cast<uint32_t>(std::atoi(argv[4]));
+  const int qd_arg = std::atoi(argv[4]);
+  if (seconds <= 0 || qd_arg <= 0 || qd_arg > 1024) {
+    std::fprintf(stderr, "rdma_perf: seconds must be positive and qd in 1..1024\n");
+    return 2;
+  }
+  const uint32_t qd = static_cast<uint32_t>(qd_arg);
   ControlPlane cp;
   auto reactor = Reactor::create();
   if (!reactor) return 1;
@@ -78,7 +84,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdma_perf: namespace 1 is missing or not 4 KiB formatted\n");
     return 1;
   }
-  auto qp = (*ctrl)->create_io_queue(**reactor, qd);
+  // SQSIZE is 0's based and must be at least 1: a queue of 2 with 1 in flight for QD 1.
+  auto qp = (*ctrl)->create_io_queue(**reactor, std::max<uint32_t>(qd, 2));
   if (!qp) {
     std::fprintf(stderr, "rdma_perf: io queue: %s\n", qp.error().message().c_str());
     return 1;
