@@ -1,4 +1,4 @@
-// A connection to one NVMe-oF controller over the user-space NVMe/TCP transport: the admin
+// A connection to one NVMe-oF controller over the user-space NVMe/TCP or NVMe/RDMA transport: the admin
 // queue (owned by the control plane thread) and I/O queue pairs (each owned by a Reactor).
 //
 // Threading: connect(), the admin calls and create_io_queue() may be called from any thread;
@@ -85,7 +85,8 @@ class Controller {
   /// of I/O queues, arms keep-alive at KATO/2 and posts an Asynchronous Event Request.
   /// Errors: connection_refused, timeout, malformed_pdu/protocol_error (bad peer), an NVMe
   /// status (nvme_category) when the controller rejects Connect, controller_fatal.
-  /// Only the TCP transport is implemented (Errc::unsupported for others). The caller's thread
+  /// TCP and RDMA ("rdma://addr:port") are implemented (Errc::unsupported for passthrough, and
+  /// for RDMA when the library was built without rdma-core). The caller's thread
   /// blocks up to connect_timeout for the connection and admin_timeout per admin command.
   static Result<std::shared_ptr<Controller>> connect(ControlPlane& cp, const TransportAddress& addr,
                                                      const ConnectOptions& opts);

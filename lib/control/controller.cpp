@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "control/control_plane.hpp"
+#include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
 
 namespace nvmeof {
@@ -63,6 +64,80 @@ Cqe failed_cqe(NvmeStatus st) {
   Cqe c{};
   c.status_field = st.cqe_field();
   return c;
+}
+
+// What a queue pair of either transport needs beyond the connect options.
+struct PairParams {
+  uint16_t qid = 0;
+  uint32_t depth = 0;
+  uint32_t kato_ms = 0;
+  uint16_t cntlid = 0xffff;
+  uint32_t in_capsule_data = 0;
+  uint32_t max_transfer = 0;
+  uint32_t recv_buffer = 256u << 10;  // TCP only
+  std::function<void()> on_destroy;
+};
+
+// A connected pair before start(), whatever its transport.
+struct NewPair {
+  std::unique_ptr<QueuePair> qp;
+  std::function<void()> start;  // on the pair's reactor thread
+  uint16_t cntlid = 0;
+  std::string label;
+};
+
+Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
+                             PairParams p) {
+  NewPair out;
+  if (addr.transport == Transport::rdma) {
+    rdma::QpConfig qc;
+    qc.traddr = addr.traddr;
+    qc.trsvcid = addr.trsvcid;
+    qc.qid = p.qid;
+    qc.depth = p.depth;
+    qc.kato_ms = p.kato_ms;
+    qc.cntlid = p.cntlid;
+    qc.subnqn = o.subnqn;
+    qc.hostnqn = o.hostnqn;
+    qc.hostid = o.hostid;
+    qc.in_capsule_data = p.in_capsule_data;
+    qc.max_transfer = p.max_transfer;
+    qc.connect_timeout = o.connect_timeout;
+    qc.on_destroy = std::move(p.on_destroy);
+    auto c = rdma::connect(reactor, qc);
+    if (!c) return c.error();
+    QueuePair* raw = c->qp.get();
+    out.start = [raw] { rdma::start(*raw); };
+    out.cntlid = c->cntlid;
+    out.label = std::move(c->label);
+    out.qp = std::move(c->qp);
+    return out;
+  }
+  tcp::QpConfig qc;
+  qc.traddr = addr.traddr;
+  qc.trsvcid = addr.trsvcid;
+  qc.host_iface = addr.host_iface;
+  qc.qid = p.qid;
+  qc.depth = p.depth;
+  qc.kato_ms = p.kato_ms;
+  qc.cntlid = p.cntlid;
+  qc.subnqn = o.subnqn;
+  qc.hostnqn = o.hostnqn;
+  qc.hostid = o.hostid;
+  qc.digest = o.digest;
+  qc.in_capsule_data = p.in_capsule_data;
+  qc.max_transfer = p.max_transfer;
+  qc.recv_buffer = p.recv_buffer;
+  qc.connect_timeout = o.connect_timeout;
+  qc.on_destroy = std::move(p.on_destroy);
+  auto qp = tcp::QueuePair::connect(reactor, qc);
+  if (!qp) return qp.error();
+  tcp::QueuePair* raw = qp->get();
+  out.start = [raw] { raw->start(); };
+  out.cntlid = raw->session().cntlid;
+  out.label = raw->label();
+  out.qp = std::move(*qp);
+  return out;
 }
 
 // Queue ids 1..N for I/O queues, handed out round-robin so that a just-released id (whose old
@@ -130,7 +205,7 @@ struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<
   std::atomic<bool> live{false};
   std::string label;
 
-  std::unique_ptr<tcp::QueuePair> admin_qp;
+  std::unique_ptr<QueuePair> admin_qp;
   std::unordered_map<AdminOp*, std::shared_ptr<AdminOp>> ops;
   std::deque<std::shared_ptr<AdminOp>> waiting;
   boost::asio::steady_timer ka_timer;
@@ -358,7 +433,7 @@ void Controller::Impl::shutdown() {
   ka_deadline.cancel();
   if (admin_qp) {
     // The destructor drains the socket and completes every admin command (host path error).
-    std::unique_ptr<tcp::QueuePair> qp = std::move(admin_qp);
+    std::unique_ptr<QueuePair> qp = std::move(admin_qp);
     qp.reset();
   }
   failed = true;
@@ -384,7 +459,7 @@ Controller::~Controller() {
 Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
                                                         const TransportAddress& addr,
                                                         const ConnectOptions& o) {
-  if (addr.transport != Transport::tcp) return Errc::unsupported;
+  if (addr.transport != Transport::tcp && addr.transport != Transport::rdma) return Errc::unsupported;
   if (o.subnqn.empty() || o.admin_queue_depth < 2 || o.admin_queue_depth > tcp::kMaxQueueDepth ||
       o.io_queue_depth == 0 || o.io_queue_depth > tcp::kMaxQueueDepth || o.max_io_queues == 0)
     return Errc::invalid_argument;
@@ -393,30 +468,22 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   if (opts.hostnqn.empty()) opts.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:" + uuid_string(opts.hostid);
 
   ControlPlane::Impl& cp = plane.impl();
-  tcp::QpConfig qc;
-  qc.traddr = addr.traddr;
-  qc.trsvcid = addr.trsvcid;
-  qc.host_iface = addr.host_iface;
-  qc.qid = 0;
-  qc.depth = opts.admin_queue_depth;
-  qc.kato_ms = opts.kato_ms;
-  qc.cntlid = tcp::kAdminCntlid;
-  qc.subnqn = opts.subnqn;
-  qc.hostnqn = opts.hostnqn;
-  qc.hostid = opts.hostid;
-  qc.digest = opts.digest;
-  qc.recv_buffer = 64u << 10;
-  qc.connect_timeout = opts.connect_timeout;
-  auto qp = tcp::QueuePair::connect(*cp.reactor, qc);
-  if (!qp) return qp.error();
+  PairParams pp;
+  pp.qid = 0;
+  pp.depth = opts.admin_queue_depth;
+  pp.kato_ms = opts.kato_ms;
+  pp.cntlid = tcp::kAdminCntlid;
+  pp.recv_buffer = 64u << 10;
+  auto np = connect_pair(*cp.reactor, addr, opts, std::move(pp));
+  if (!np) return np.error();
 
   auto impl = std::make_shared<Impl>(cp, addr, opts);
-  impl->label = (*qp)->label();
-  impl->cntlid = (*qp)->session().cntlid;
+  impl->label = np->label;
+  impl->cntlid = np->cntlid;
   cp.call([&] {
-    (*qp)->set_listener(impl.get());
-    (*qp)->start();
-    impl->admin_qp = std::move(*qp);
+    np->qp->set_listener(impl.get());
+    np->start();
+    impl->admin_qp = std::move(np->qp);
     impl->live.store(true);
   });
   auto give_up = [&](std::error_code ec, const std::string& why) -> std::error_code {
@@ -499,29 +566,20 @@ Result<std::unique_ptr<QueuePair>> Controller::create_io_queue(Reactor& reactor,
   depth = std::min({depth, mqes, tcp::kMaxQueueDepth});
   const auto qid = impl_->qids->acquire();
   if (!qid) return Errc::queue_full;
-  const ConnectOptions& o = impl_->opts;
-  tcp::QpConfig qc;
-  qc.traddr = impl_->addr.traddr;
-  qc.trsvcid = impl_->addr.trsvcid;
-  qc.host_iface = impl_->addr.host_iface;
-  qc.qid = *qid;
-  qc.depth = depth;
-  qc.cntlid = impl_->cntlid;
-  qc.subnqn = o.subnqn;
-  qc.hostnqn = o.hostnqn;
-  qc.hostid = o.hostid;
-  qc.digest = o.digest;
-  qc.in_capsule_data = impl_->info.in_capsule_data();
-  qc.max_transfer = impl_->info.max_transfer;
-  qc.connect_timeout = o.connect_timeout;
-  qc.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
-  auto qp = tcp::QueuePair::connect(reactor, qc);
-  if (!qp) {
+  PairParams pp;
+  pp.qid = *qid;
+  pp.depth = depth;
+  pp.cntlid = impl_->cntlid;
+  pp.in_capsule_data = impl_->info.in_capsule_data();
+  pp.max_transfer = impl_->info.max_transfer;
+  pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
+  auto np = connect_pair(reactor, impl_->addr, impl_->opts, std::move(pp));
+  if (!np) {
     impl_->qids->release(*qid);
-    return qp.error();
+    return np.error();
   }
-  (*qp)->start();
-  return std::unique_ptr<QueuePair>(std::move(*qp));
+  np->start();
+  return std::move(np->qp);
 }
 
 Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) {

@@ -1,0 +1,561 @@
+#include "transport/rdma/queue_pair.hpp"
+
+#include <nvme/types.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace nvmeof::rdma {
+namespace {
+
+constexpr auto kDrainBound = std::chrono::seconds(2);
+constexpr int kPollBatch = 32;
+// wr_id: the slot or RECV buffer index above two bits that say which kind of request it was.
+constexpr uint64_t kWrSend = 0;
+constexpr uint64_t kWrRecv = 1;
+// Keyed SGL data block, subtype address (type 4h << 4 | 0h).
+constexpr uint8_t kKeyedDataBlock = 0x40;
+
+uint64_t wr_id(uint64_t kind, uint32_t index) { return (uint64_t{index} << 2) | kind; }
+
+void set_keyed_sgl(Sqe& c, uint64_t addr, uint32_t len, uint32_t rkey) noexcept {
+  c.flags = static_cast<uint8_t>((c.flags & 0x3f) | sgl::kPsdtSgl);
+  std::memcpy(c.dptr, &addr, 8);
+  c.dptr[8] = static_cast<uint8_t>(len);
+  c.dptr[9] = static_cast<uint8_t>(len >> 8);
+  c.dptr[10] = static_cast<uint8_t>(len >> 16);
+  std::memcpy(c.dptr + 11, &rkey, 4);
+  c.dptr[15] = kKeyedDataBlock;
+}
+
+std::error_code wc_error(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return make_error_code(Errc::timeout);
+    case IBV_WC_WR_FLUSH_ERR:
+      return make_error_code(Errc::connection_closed);
+    default:
+      return make_error_code(Errc::connection_reset);
+  }
+}
+
+}  // namespace
+
+enum class Dir : uint8_t { none, to_controller, from_controller };
+
+// One command slot, indexed by CID. A slot completes only when both its response arrived and
+// its SEND came back: until then the device may still read the capsule.
+struct QueuePair::Slot {
+  IoRequest* req = nullptr;
+  bool active = false;
+  bool answered = false;
+  bool send_posted = false;  // handed to the device, its completion not yet reaped
+  Dir dir = Dir::none;
+  uint32_t page = BuddyPool::kNone;  // staging block, or kNone
+  uint32_t pages = 0;
+  Cqe cqe{};
+  ibv_send_wr wr{};
+  ibv_sge sge{};
+};
+
+// The two io_uring polls (CQ completion channel, rdma_cm event channel) name this object. It
+// normally dies with the pair; if a poll cannot be cancelled within the drain bound, it is left
+// behind (qp == nullptr) and frees itself when the last poll completes.
+struct QueuePair::Watch {
+  struct Handler : IoHandler {
+    Watch* w = nullptr;
+  };
+  Handler cq_h;
+  Handler cm_h;
+  QueuePair* qp = nullptr;
+  bool cq_armed = false;
+  bool cm_armed = false;
+  bool orphaned = false;  // the pair is gone; the last poll to complete frees the watch
+
+  Watch() {
+    cq_h.w = cm_h.w = this;
+    cq_h.fn = [](IoHandler* h, const io_uring_cqe&) noexcept {
+      Watch* w = static_cast<Handler*>(h)->w;
+      w->cq_armed = false;
+      if (w->qp) w->qp->on_cq_event();
+      else if (w->orphaned && !w->cm_armed) delete w;
+    };
+    cm_h.fn = [](IoHandler* h, const io_uring_cqe&) noexcept {
+      Watch* w = static_cast<Handler*>(h)->w;
+      w->cm_armed = false;
+      if (w->qp) w->qp->on_cm_event();
+      else if (w->orphaned && !w->cq_armed) delete w;
+    };
+  }
+};
+
+Result<Connected> connect(Reactor& reactor, const QpConfig& cfg) { return QueuePair::connect(reactor, cfg); }
+
+void start(nvmeof::QueuePair& qp) noexcept { static_cast<QueuePair&>(qp).start(); }
+
+Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
+  const std::string label = detail::make_label(cfg);
+  if (cfg.depth < 1 || cfg.depth > kMaxQueueDepth || cfg.subnqn.empty()) {
+    std::fprintf(stderr, "nvmeof: %s: invalid queue depth %u or empty subsystem NQN\n", label.c_str(), cfg.depth);
+    return Errc::invalid_argument;
+  }
+  const auto deadline = detail::Clock::now() + cfg.connect_timeout;
+  const Layout l = Layout::make(cfg);
+  auto res = std::make_unique<Resources>();
+  if (auto r = detail::resolve_and_create(*res, cfg, l, deadline, label); !r) return r.error();
+  std::unique_ptr<QueuePair> qp(new QueuePair(reactor, cfg, l, std::move(res), label));
+  // A pair that never connected gives nothing back to the caller's pools.
+  auto give_up = [&qp](std::error_code ec) {
+    qp->cfg_.on_destroy = nullptr;
+    return ec;
+  };
+  // Responses may arrive as soon as the connection is up: every RECV is posted before.
+  for (uint32_t i = 0; i < l.depth; ++i) {
+    if (!qp->post_recv(i)) {
+      std::fprintf(stderr, "nvmeof: %s: ibv_post_recv failed\n", label.c_str());
+      return give_up(errno_code(EIO));
+    }
+  }
+  auto crq = detail::establish(*qp->res_, cfg, deadline, label);
+  if (!crq) return give_up(crq.error());
+  if (*crq < qp->depth_) {
+    // The controller holds fewer commands than we asked for: use only the first CRQSIZE slots.
+    qp->depth_ = *crq;
+    qp->free_top_ = 0;
+    for (uint32_t i = qp->depth_; i-- > 0;) qp->free_[qp->free_top_++] = static_cast<uint16_t>(i);
+  }
+  auto cntlid = qp->fabrics_connect(deadline);
+  if (!cntlid) return give_up(cntlid.error());
+  Connected out;
+  out.cntlid = *cntlid;
+  out.label = label;
+  out.qp = std::move(qp);
+  return out;
+}
+
+QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, const Layout& l,
+                     std::unique_ptr<Resources> res, std::string label)
+    : reactor_(reactor),
+      cfg_(cfg),
+      layout_(l),
+      res_(std::move(res)),
+      label_(std::move(label)),
+      depth_(l.depth),
+      pool_(l.pool_order) {
+  slots_ = std::make_unique<Slot[]>(l.depth);
+  free_ = std::make_unique<uint16_t[]>(l.depth);
+  for (uint32_t i = 0; i < l.depth; ++i) free_[i] = static_cast<uint16_t>(l.depth - 1 - i);
+  free_top_ = l.depth;
+  recv_wr_ = std::make_unique<ibv_recv_wr[]>(l.depth);
+  recv_sge_ = std::make_unique<ibv_sge[]>(l.depth);
+  for (uint32_t i = 0; i < l.depth; ++i) {
+    recv_sge_[i].addr = reinterpret_cast<uintptr_t>(res_->region + l.recv_off + size_t{i} * kResponseLen);
+    recv_sge_[i].length = kResponseLen;
+    recv_sge_[i].lkey = res_->mr->lkey;
+    recv_wr_[i] = ibv_recv_wr{};
+    recv_wr_[i].wr_id = wr_id(kWrRecv, i);
+    recv_wr_[i].sg_list = &recv_sge_[i];
+    recv_wr_[i].num_sge = 1;
+    Slot& s = slots_[i];
+    s.sge.lkey = res_->mr->lkey;
+    s.wr.wr_id = wr_id(kWrSend, i);
+    s.wr.sg_list = &s.sge;
+    s.wr.num_sge = 1;
+    s.wr.opcode = IBV_WR_SEND;
+    s.wr.send_flags = IBV_SEND_SIGNALED;
+  }
+  watch_ = new Watch();
+  watch_->qp = this;
+}
+
+QueuePair::~QueuePair() {
+  teardown();
+  if (started_) reactor_.remove_poller(&QueuePair::poll_fn, this);
+  Watch* w = watch_;
+  watch_ = nullptr;
+  w->qp = nullptr;
+  if (started_ && (w->cq_armed || w->cm_armed)) {
+    for (IoHandler* h : {static_cast<IoHandler*>(&w->cq_h), static_cast<IoHandler*>(&w->cm_h)}) {
+      if ((h == &w->cq_h && !w->cq_armed) || (h == &w->cm_h && !w->cm_armed)) continue;
+      if (io_uring_sqe* sqe = reactor_.get_sqe()) {
+        io_uring_prep_poll_remove(sqe, reinterpret_cast<uintptr_t>(h));
+        io_uring_sqe_set_data(sqe, nullptr);
+      }
+    }
+    const uint64_t deadline = Reactor::clock_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(kDrainBound).count());
+    while ((w->cq_armed || w->cm_armed) && Reactor::clock_ns() < deadline)
+      reactor_.poll(std::chrono::milliseconds(1));
+    if (w->cq_armed || w->cm_armed) {
+      w->orphaned = true;  // it frees itself when the polls complete
+      w = nullptr;
+    }
+  }
+  delete w;
+  res_.reset();
+  if (cfg_.on_destroy) cfg_.on_destroy();
+}
+
+// Fails the pair, waits for the flushed work requests (bounded), destroys the QP and completes
+// whatever is left. Idempotent.
+void QueuePair::teardown() noexcept {
+  if (torn_down_) return;
+  close();
+  const uint64_t deadline = Reactor::clock_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(kDrainBound).count());
+  while (!drained() && Reactor::clock_ns() < deadline) {
+    if (started_) {
+      reactor_.poll(std::chrono::milliseconds(1));
+    } else if (reap() == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  if (!drained())
+    std::fprintf(stderr, "nvmeof: %s: %u sends and %u receives not flushed within 2 s; destroying the QP\n",
+                 label_.c_str(), posted_sends_, posted_recvs_);
+  torn_down_ = true;
+  res_->destroy_qp();
+  posted_sends_ = posted_recvs_ = 0;
+  check_drained();
+}
+
+void QueuePair::start() noexcept {
+  if (state_ != QpState::connecting || started_) return;
+  state_ = QpState::live;
+  started_ = true;
+  reactor_.add_poller(&QueuePair::poll_fn, this);
+  arm_watches();
+}
+
+uint8_t* QueuePair::cmd_buf(uint32_t cid) const noexcept {
+  return res_->region + layout_.cmd_off + size_t{cid} * layout_.cmd_stride;
+}
+
+bool QueuePair::post_recv(uint32_t index) noexcept {
+  ibv_recv_wr* bad = nullptr;
+  recv_wr_[index].next = nullptr;
+  if (ibv_post_recv(res_->id->qp, &recv_wr_[index], &bad) != 0) return false;
+  ++posted_recvs_;
+  return true;
+}
+
+int QueuePair::submit(IoRequest& req) noexcept {
+  if (state_ != QpState::live) [[unlikely]] return -ENOTCONN;
+  return queue_command(req);
+}
+
+int QueuePair::queue_command(IoRequest& req) noexcept {
+  const uint32_t len = req.data_len;
+  if (len > layout_.max_transfer) [[unlikely]] return -EINVAL;
+  Dir dir = Dir::none;
+  if (len) {
+    if (is_host_to_controller(req.cmd)) dir = Dir::to_controller;
+    else if (is_controller_to_host(req.cmd)) dir = Dir::from_controller;
+    else return -EINVAL;
+    if (!req.data) return -EINVAL;
+  }
+  if (free_top_ == 0) [[unlikely]] return -EAGAIN;
+  const uint16_t cid = free_[free_top_ - 1];
+  Slot& s = slots_[cid];
+  uint8_t* cmd = cmd_buf(cid);
+  uint32_t send_len = kCapsuleLen;
+  s.page = BuddyPool::kNone;
+  s.pages = 0;
+  if (dir == Dir::to_controller && len <= layout_.in_capsule) {
+    std::memcpy(cmd + kCapsuleLen, req.data, len);
+    set_sgl(req.cmd, sgl::kDataBlockOffset, 0, len);
+    send_len += len;
+  } else if (len) {
+    const uint32_t pages = (len + kPageSize - 1) / kPageSize;
+    const uint32_t page = pool_.alloc(pages);
+    if (page == BuddyPool::kNone) [[unlikely]] return -EAGAIN;  // staging memory busy
+    uint8_t* buf = res_->region + layout_.pool_off + size_t{page} * kPageSize;
+    if (dir == Dir::to_controller) std::memcpy(buf, req.data, len);
+    set_keyed_sgl(req.cmd, reinterpret_cast<uintptr_t>(buf), len, res_->mr->rkey);
+    s.page = page;
+    s.pages = pages;
+  } else {
+    set_keyed_sgl(req.cmd, 0, 0, 0);
+  }
+  --free_top_;
+  req.cmd.cid = cid;
+  req.submit_ns = reactor_.now_ns();
+  std::memcpy(cmd, &req.cmd, kCapsuleLen);
+  s.req = &req;
+  s.active = true;
+  s.answered = false;
+  s.send_posted = false;
+  s.dir = dir;
+  s.sge.addr = reinterpret_cast<uintptr_t>(cmd);
+  s.sge.length = send_len;
+  s.wr.next = nullptr;
+  if (pend_tail_) pend_tail_->next = &s.wr;
+  else pend_head_ = &s.wr;
+  pend_tail_ = &s.wr;
+  ++outstanding_;
+  return 0;
+}
+
+// Posts the SENDs queued since the last turn as one chain (one doorbell).
+int QueuePair::post_sends() noexcept {
+  if (!pend_head_) return 0;
+  ibv_send_wr* head = pend_head_;
+  pend_head_ = pend_tail_ = nullptr;
+  if (state_ == QpState::failed || state_ == QpState::closed) return 0;  // complete at drain
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(res_->id->qp, head, &bad);
+  int n = 0;
+  for (ibv_send_wr* w = head; w && w != bad; w = w->next) {
+    slots_[w->wr_id >> 2].send_posted = true;
+    ++posted_sends_;
+    ++n;
+  }
+  if (rc != 0) fail(errno_code(rc), "ibv_post_send");
+  return n;
+}
+
+int QueuePair::poll_fn(void* self) noexcept { return static_cast<QueuePair*>(self)->turn(); }
+
+int QueuePair::turn() noexcept {
+  if (state_ == QpState::closed) return 0;
+  int n = reap();
+  n += post_sends();
+  // A reactor may sleep (or, on the control thread, not turn at all) until io_uring reports
+  // something: while commands are in flight the CQ stays armed and its channel polled.
+  if ((outstanding_ || state_ == QpState::failed) && !cq_notify_armed_) {
+    arm_cq();
+    n += reap();  // what arrived before the CQ was armed raises no event
+    n += post_sends();
+  }
+  arm_watches();
+  return n;
+}
+
+int QueuePair::reap() noexcept {
+  if (!res_->cq) return 0;
+  ibv_wc wc[kPollBatch];
+  int total = 0;
+  for (;;) {
+    const int n = ibv_poll_cq(res_->cq, kPollBatch, wc);
+    if (n < 0) {
+      fail(errno_code(EIO), "ibv_poll_cq");
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      const ibv_wc& c = wc[i];
+      const uint32_t index = static_cast<uint32_t>(c.wr_id >> 2);
+      const bool is_recv = (c.wr_id & 3) == kWrRecv;
+      if (index >= layout_.depth) {
+        fail(make_error_code(Errc::protocol_error), "completion names an unknown work request");
+        continue;
+      }
+      if (is_recv) --posted_recvs_;
+      else {
+        --posted_sends_;
+        slots_[index].send_posted = false;
+      }
+      if (c.status != IBV_WC_SUCCESS) {
+        if (state_ == QpState::live || state_ == QpState::connecting) {
+          char why[96];
+          std::snprintf(why, sizeof why, "%s completion: %s", is_recv ? "RECV" : "SEND",
+                        ibv_wc_status_str(c.status));
+          fail(wc_error(c.status), why);
+        }
+        continue;
+      }
+      if (is_recv) on_response(index, c.byte_len);
+      else maybe_finish(static_cast<uint16_t>(index));
+    }
+    total += n;
+    if (n < kPollBatch) break;
+  }
+  if (state_ == QpState::failed) check_drained();
+  return total;
+}
+
+void QueuePair::on_response(uint32_t index, uint32_t len) noexcept {
+  if (state_ != QpState::live && state_ != QpState::connecting) return;
+  if (len < kResponseLen) {
+    fail(make_error_code(Errc::protocol_error), "response shorter than a completion entry");
+    return;
+  }
+  Cqe cqe;
+  std::memcpy(&cqe, res_->region + layout_.recv_off + size_t{index} * kResponseLen, sizeof cqe);
+  if (!post_recv(index)) {
+    fail(errno_code(EIO), "ibv_post_recv");
+    return;
+  }
+  if (cqe.cid >= layout_.depth || !slots_[cqe.cid].active || slots_[cqe.cid].answered) {
+    fail(make_error_code(Errc::protocol_error), "response for a CID with no command outstanding");
+    return;
+  }
+  Slot& s = slots_[cqe.cid];
+  s.cqe = cqe;
+  s.answered = true;
+  maybe_finish(cqe.cid);
+}
+
+void QueuePair::maybe_finish(uint16_t cid) noexcept {
+  Slot& s = slots_[cid];
+  if (!s.active || !s.answered || s.send_posted) return;
+  if (state_ != QpState::live && state_ != QpState::connecting) return;
+  if (s.dir == Dir::from_controller && s.cqe.status().is_success())
+    std::memcpy(s.req->data, res_->region + layout_.pool_off + size_t{s.page} * kPageSize, s.req->data_len);
+  release(cid, s.cqe);
+}
+
+void QueuePair::release(uint16_t cid, const Cqe& cqe) noexcept {
+  Slot& s = slots_[cid];
+  IoRequest* req = s.req;
+  if (s.page != BuddyPool::kNone) pool_.free(s.page, s.pages);
+  s.page = BuddyPool::kNone;
+  s.req = nullptr;
+  s.active = false;
+  s.answered = false;
+  free_[free_top_++] = cid;
+  --outstanding_;
+  if (req->on_complete) req->on_complete(*req, cqe);
+}
+
+void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
+
+void QueuePair::fail(std::error_code why, const char* detail) noexcept {
+  if (state_ == QpState::failed || state_ == QpState::closed) return;
+  state_ = QpState::failed;
+  error_ = why;
+  if (why != std::errc::operation_canceled)
+    std::fprintf(stderr, "nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail, why.message().c_str());
+  pend_head_ = pend_tail_ = nullptr;  // never posted: they complete at the drain
+  if (res_->id && res_->id->qp) {
+    // The error state makes the device flush every posted request and refuse the target's
+    // RDMA operations on our memory; the disconnect tells the target at once.
+    rdma_disconnect(res_->id);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(res_->id->qp, &a, IBV_QP_STATE);
+  }
+  if (listener_) listener_->on_queue_failed(*this, why);
+  if (started_) arm_cq();
+  check_drained();
+}
+
+void QueuePair::check_drained() noexcept {
+  if (state_ != QpState::failed || !drained()) return;
+  state_ = QpState::closed;
+  complete_all();
+}
+
+void QueuePair::complete_all() noexcept {
+  for (uint32_t cid = 0; cid < layout_.depth; ++cid) {
+    if (!slots_[cid].active) continue;
+    Cqe c{};
+    c.cid = static_cast<uint16_t>(cid);
+    c.sq_id = cfg_.qid;
+    c.status_field = status::kHostPathError.cqe_field();
+    release(static_cast<uint16_t>(cid), c);
+  }
+}
+
+void QueuePair::arm_cq() noexcept {
+  if (cq_notify_armed_ || !res_->cq) return;
+  if (ibv_req_notify_cq(res_->cq, 0) == 0) cq_notify_armed_ = true;
+  arm_watches();
+}
+
+void QueuePair::arm_watches() noexcept {
+  if (!started_ || !watch_) return;
+  if (cq_notify_armed_ && !watch_->cq_armed) {
+    if (io_uring_sqe* sqe = reactor_.get_sqe()) {
+      io_uring_prep_poll_add(sqe, res_->comp->fd, POLLIN);
+      io_uring_sqe_set_data(sqe, &watch_->cq_h);
+      watch_->cq_armed = true;
+    }
+  }
+  if (state_ != QpState::closed && !watch_->cm_armed) {
+    if (io_uring_sqe* sqe = reactor_.get_sqe()) {
+      io_uring_prep_poll_add(sqe, res_->cm_channel->fd, POLLIN);
+      io_uring_sqe_set_data(sqe, &watch_->cm_h);
+      watch_->cm_armed = true;
+    }
+  }
+}
+
+void QueuePair::on_cq_event() noexcept {
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  while (ibv_get_cq_event(res_->comp, &cq, &ctx) == 0) {
+    cq_notify_armed_ = false;
+    // Acknowledged in batches: each ack takes a lock; the destructor acks the rest.
+    if (++res_->unacked_cq_events >= 64) {
+      ibv_ack_cq_events(res_->cq, res_->unacked_cq_events);
+      res_->unacked_cq_events = 0;
+    }
+  }
+  // The poller reaps in this same reactor turn; reaping here too keeps a failed pair draining
+  // while nothing else runs.
+  if (state_ == QpState::failed) reap();
+}
+
+void QueuePair::on_cm_event() noexcept {
+  rdma_cm_event* ev = nullptr;
+  while (rdma_get_cm_event(res_->cm_channel, &ev) == 0) {
+    const rdma_cm_event_type type = ev->event;
+    rdma_ack_cm_event(ev);
+    if (state_ != QpState::live) continue;
+    char why[96];
+    std::snprintf(why, sizeof why, "rdma_cm event %s", rdma_event_str(type));
+    fail(make_error_code(type == RDMA_CM_EVENT_DISCONNECTED ? Errc::connection_closed : Errc::connection_reset), why);
+  }
+}
+
+Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) {
+  nvmf_connect_data data{};
+  static_assert(sizeof data == 1024);
+  std::memcpy(data.hostid, cfg_.hostid.data(), sizeof data.hostid);
+  data.cntlid = cfg_.cntlid;
+  std::strncpy(data.subsysnqn, cfg_.subnqn.c_str(), sizeof data.subsysnqn - 1);
+  std::strncpy(data.hostnqn, cfg_.hostnqn.c_str(), sizeof data.hostnqn - 1);
+  struct Done {
+    bool done = false;
+    Cqe cqe{};
+  } d;
+  IoRequest req{};
+  prep_connect(req.cmd, cfg_.qid, static_cast<uint16_t>(depth_ - 1), cfg_.kato_ms);
+  req.data = &data;
+  req.data_len = sizeof data;
+  req.user = &d;
+  req.on_complete = [](IoRequest& r, const Cqe& c) noexcept {
+    auto* dd = static_cast<Done*>(r.user);
+    dd->cqe = c;
+    dd->done = true;
+  };
+  if (const int rc = queue_command(req); rc != 0) {
+    std::fprintf(stderr, "nvmeof: %s: cannot queue Connect: %s\n", label_.c_str(), std::strerror(-rc));
+    return errno_code(-rc);
+  }
+  post_sends();
+  while (!d.done && detail::Clock::now() < deadline) {
+    if (reap() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (!d.done) {
+    std::fprintf(stderr, "nvmeof: %s: timed out waiting for the Connect response\n", label_.c_str());
+    teardown();  // completes `req` while it is still alive
+    return Errc::timeout;
+  }
+  const NvmeStatus st = d.cqe.status();
+  if (st == status::kHostPathError && state_ != QpState::connecting) {
+    std::fprintf(stderr, "nvmeof: %s: connection failed during Connect\n", label_.c_str());
+    return error_ ? error_ : make_error_code(Errc::connection_reset);
+  }
+  if (!st.is_success()) {
+    std::fprintf(stderr, "nvmeof: %s: Connect rejected: %s\n", label_.c_str(), to_string(st).c_str());
+    teardown();
+    return make_error_code(st);
+  }
+  return static_cast<uint16_t>(d.cqe.dw0 & 0xffff);
+}
+
+}  // namespace nvmeof::rdma

@@ -1,0 +1,450 @@
+// Our user-space NVMe/RDMA initiator against Linux nvmet-rdma over soft-RoCE (rdma_rxe), run
+// inside the testbed guest by rdma_host.sh, which takes the RDMA port away and gives it back
+// during [volume]. Test cases by tag:
+//   [connect]  connect, Identify Controller and Namespace, keep-alive across several KATO periods
+//   [io]       verified write/read at QD 1 (4 KiB in-capsule, 16 KiB, 128 KiB, MDTS + 4 KiB
+//              split in two commands) and QD 128 (4, 16 and 128 KiB interleaved)
+//   [refused]  no listener on the port, and a wrong subsystem NQN: a clear error in bounded time
+//   [volume]   a Volume over our RDMA path and our TCP path to the same subsystem running a
+//              verified workload for CONF_SECONDS; touches CONF_READY once I/O runs. With
+//              CONF_EXPECT_LOSS=1 the RDMA path must fail, reconnect and carry I/O again.
+// Addresses and the NQN come from RDMA_ADDR, TCP1 and NQN (exported by guest_lib.sh).
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "nvmeof/controller.hpp"
+#include "nvmeof/sync_io.hpp"
+#include "nvmeof/volume.hpp"
+
+using namespace nvmeof;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string nqn() { return env_or("NQN", "nqn.2014-08.org.nvmexpress:nvmeof-testbed"); }
+
+TransportAddress rdma_address() {
+  auto a = TransportAddress::parse("rdma://" + env_or("RDMA_ADDR", "10.10.10.1:4420"));
+  REQUIRE(a);
+  return *a;
+}
+
+TransportAddress tcp_address() {
+  auto a = TransportAddress::parse("tcp://" + env_or("TCP1", "127.0.0.1:4420"));
+  REQUIRE(a);
+  return *a;
+}
+
+ConnectOptions options() {
+  ConnectOptions o;
+  o.subnqn = nqn();
+  // TCG makes everything about 50 times slower than on hardware.
+  o.connect_timeout = 10s;
+  o.admin_timeout = 10s;
+  return o;
+}
+
+struct Host {
+  std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
+  std::unique_ptr<Reactor> reactor = Reactor::create().value();
+
+  std::shared_ptr<Controller> connect(ConnectOptions o = options()) {
+    auto c = Controller::connect(*cp, rdma_address(), o);
+    INFO("connect: " << (c ? "ok" : c.error().message()));
+    REQUIRE(c);
+    return *c;
+  }
+};
+
+void stamp(uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
+  std::memcpy(p, &lba, 8);
+  std::memcpy(p + 8, &seq, 8);
+  for (uint32_t i = 16; i < block_size; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
+}
+
+bool check_stamp(const uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
+  uint64_t l, s;
+  std::memcpy(&l, p, 8);
+  std::memcpy(&s, p + 8, 8);
+  if (l != lba || s != seq) return false;
+  for (uint32_t i = 16; i < block_size; ++i)
+    if (p[i] != static_cast<uint8_t>(lba * 31 + seq * 7 + i)) return false;
+  return true;
+}
+
+void stamp_range(uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
+  for (uint32_t i = 0; i < nlb; ++i) stamp(p + size_t{i} * block_size, block_size, slba + i, seq);
+}
+
+uint32_t mismatches(const uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < nlb; ++i)
+    if (!check_stamp(p + size_t{i} * block_size, block_size, slba + i, seq)) ++bad;
+  return bad;
+}
+
+// Disjoint LBA regions in the 16384 blocks (4 KiB) of the 64 MiB namespace.
+constexpr uint64_t kSyncRegion = 0;       // up to 1024 blocks
+constexpr uint64_t kAsyncRegion = 2048;   // 128 x 32 blocks
+constexpr uint64_t kVolumeRegion = 8192;  // 16 x 64 blocks
+
+struct Outcome {
+  int done = 0;
+  int failures = 0;
+  NvmeStatus first_error;
+  std::deque<IoRequest*>* retry = nullptr;  // refused with -EAGAIN (staging memory busy)
+  QueuePair* qp = nullptr;
+};
+
+void count_done(IoRequest& r, const Cqe& c) noexcept {
+  auto* o = static_cast<Outcome*>(r.user);
+  ++o->done;
+  if (!c.status().is_success() && o->failures++ == 0) o->first_error = c.status();
+  // A completion frees staging memory: resubmit what was refused for want of it.
+  while (!o->retry->empty() && o->qp->submit(*o->retry->front()) == 0) o->retry->pop_front();
+}
+
+}  // namespace
+
+TEST_CASE("connect over RDMA, identify, keep-alive across KATO periods", "[connect]") {
+  Host host;
+  ConnectOptions o = options();
+  o.kato_ms = 2000;
+  auto ctrl = host.connect(o);
+  const ControllerInfo& i = ctrl->info();
+  std::printf("rdma: cntlid %u, model '%s', subnqn %s, mdts %u (%u bytes), ioccsz %u, io queues %u\n",
+              i.cntlid, i.model.c_str(), i.subnqn.c_str(), i.mdts, i.max_transfer, i.ioccsz_bytes,
+              ctrl->io_queues());
+  CHECK(i.subnqn == nqn());
+  CHECK(i.cntlid != 0xffff);
+  CHECK(ctrl->io_queues() >= 1);
+  auto list = ctrl->active_namespaces();
+  REQUIRE(list);
+  REQUIRE_FALSE(list->empty());
+  auto ns = ctrl->identify_namespace(1);
+  REQUIRE(ns);
+  CHECK(ns->block_size == 4096);
+  CHECK(ns->size_blocks * ns->block_size == 64ull << 20);
+  auto qp = ctrl->create_io_queue(*host.reactor, 8);
+  INFO("create_io_queue: " << (qp ? "ok" : qp.error().message()));
+  REQUIRE(qp);
+  CHECK((*qp)->max_transfer() > 0);
+  // Three KATO periods with an idle admin queue: only our keep-alives keep it alive.
+  std::this_thread::sleep_for(6500ms);
+  CHECK(ctrl->is_live());
+  CHECK(ctrl->keep_alive());
+  SyncIo io(**qp, *host.reactor, 1, 4096, 20s);
+  std::vector<uint8_t> b(4096);
+  CHECK(io.read(0, 1, b.data()));
+  CHECK((*qp)->state() == QpState::live);
+}
+
+TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split", "[io]") {
+  Host host;
+  auto ctrl = host.connect();
+  auto qpr = ctrl->create_io_queue(*host.reactor, 128);
+  INFO("create_io_queue: " << (qpr ? "ok" : qpr.error().message()));
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  const uint32_t bs = 4096;
+  uint64_t seq = static_cast<uint64_t>(std::time(nullptr)) << 8;
+  std::printf("rdma: io queue depth %u, max transfer %u, in-capsule %u\n", qp.depth(), qp.max_transfer(),
+              ctrl->info().in_capsule_data());
+  REQUIRE(qp.depth() >= 128);
+  {
+    SyncIo io(qp, *host.reactor, 1, bs, 20s);
+    io.set_window(1);
+    const uint32_t split = qp.max_transfer() + 4096;
+    const uint32_t sizes[] = {4096, 16384, 131072, split};
+    uint64_t slba = kSyncRegion;
+    for (uint32_t bytes : sizes) {
+      INFO("QD1 bytes " << bytes);
+      const uint32_t nlb = bytes / bs;
+      std::vector<uint8_t> data(bytes), back(bytes, 0);
+      stamp_range(data.data(), bs, slba, nlb, ++seq);
+      auto w = io.write(slba, nlb, data.data());
+      INFO("write: " << (w ? "ok" : w.error().message()));
+      REQUIRE(w);
+      auto r = io.read(slba, nlb, back.data());
+      INFO("read: " << (r ? "ok" : r.error().message()));
+      REQUIRE(r);
+      CHECK(mismatches(back.data(), bs, slba, nlb, seq) == 0);
+      slba += nlb;
+    }
+    REQUIRE(io.flush());
+  }
+  {
+    constexpr uint32_t kQd = 128;
+    const uint32_t blocks[] = {1, 4, 32};
+    std::vector<IoRequest> reqs(kQd);
+    std::vector<std::vector<uint8_t>> bufs(kQd);
+    std::vector<uint64_t> lbas(kQd);
+    const uint64_t wseq = ++seq;
+    for (uint8_t op : {opcode::kWrite, opcode::kRead}) {
+      INFO("QD128 " << (op == opcode::kWrite ? "writes" : "reads"));
+      std::deque<IoRequest*> retry;
+      Outcome out;
+      out.retry = &retry;
+      out.qp = &qp;
+      for (uint32_t i = 0; i < kQd; ++i) {
+        const uint32_t nlb = blocks[i % 3];
+        lbas[i] = kAsyncRegion + i * 32ull;
+        bufs[i].assign(size_t{nlb} * bs, 0);
+        if (op == opcode::kWrite) stamp_range(bufs[i].data(), bs, lbas[i], nlb, wseq);
+        reqs[i] = IoRequest{};
+        prep_rw(reqs[i].cmd, op, 1, lbas[i], nlb);
+        reqs[i].data = bufs[i].data();
+        reqs[i].data_len = nlb * bs;
+        reqs[i].on_complete = &count_done;
+        reqs[i].user = &out;
+        const int rc = retry.empty() ? qp.submit(reqs[i]) : -EAGAIN;
+        if (rc == -EAGAIN) retry.push_back(&reqs[i]);
+        else REQUIRE(rc == 0);
+      }
+      std::printf("rdma: QD128 %s: %u in flight at once, %zu waited for staging memory\n",
+                  op == opcode::kWrite ? "writes" : "reads", qp.outstanding(), retry.size());
+      REQUIRE(host.reactor->run_until([&] { return out.done == int{kQd}; }, 60000ms));
+      INFO("first error 0x" << std::hex << out.first_error.raw);
+      CHECK(out.failures == 0);
+    }
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < kQd; ++i) bad += mismatches(bufs[i].data(), bs, lbas[i], blocks[i % 3], wseq);
+    CHECK(bad == 0);
+    CHECK(qp.outstanding() == 0);
+  }
+  qpr->reset();
+}
+
+TEST_CASE("a refused connect is a clear error within the timeout", "[refused]") {
+  Host host;
+  ConnectOptions o = options();
+  o.connect_timeout = 5s;
+  {
+    // The RDMA port's address, a port nobody listens on.
+    TransportAddress a = rdma_address();
+    a.trsvcid = "4499";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = Controller::connect(*host.cp, a, o);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE_FALSE(c);
+    std::printf("rdma: no listener: %s after %lld ms\n", c.error().message().c_str(),
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+    CHECK((c.error() == Errc::connection_refused || c.error() == Errc::timeout));
+    CHECK(took < 8s);
+  }
+  {
+    o.subnqn = "nqn.2014-08.org.nvmexpress:no-such-subsystem";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = Controller::connect(*host.cp, rdma_address(), o);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE_FALSE(c);
+    std::printf("rdma: wrong NQN: %s (%s) after %lld ms\n", c.error().message().c_str(),
+                c.error().category().name(),
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+    CHECK(c.error().category() == nvme_category());
+    CHECK(took < 8s);
+  }
+}
+
+namespace {
+
+// kSlots loops, each over its own LBA range: write a stamped extent, read it back and verify,
+// then the next write. Completions run on the volume's reactor thread.
+struct Workload {
+  static constexpr uint32_t kSlots = 16;
+  static constexpr uint32_t kSlotBlocks = 64;
+  struct Slot {
+    Workload* w = nullptr;
+    uint32_t index = 0;
+    uint64_t seq = 0;
+    uint64_t slba = 0;
+    uint32_t nlb = 0;
+    VolumeIo io;
+    std::vector<uint8_t> buf;
+  };
+
+  Volume* vol = nullptr;
+  uint32_t bs = 0;
+  uint64_t stop_ns = 0;
+  std::atomic<uint64_t> writes{0}, reads{0}, errors{0}, bad_blocks{0}, submit_errors{0};
+  std::atomic<uint32_t> running{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Slot> slots{kSlots};
+
+  void start_write(Slot& s) noexcept {
+    if (Reactor::clock_ns() >= stop_ns) {
+      finish();
+      return;
+    }
+    // 4 KiB (in-capsule on RDMA) to 64 KiB (keyed SGL), mixed on both paths.
+    const uint32_t sizes[] = {1, 4, 16, 2, 8};
+    s.nlb = sizes[s.seq % 5];
+    s.slba = kVolumeRegion + s.index * kSlotBlocks + (s.seq * 3) % (kSlotBlocks - s.nlb + 1);
+    ++s.seq;
+    stamp_range(s.buf.data(), bs, s.slba, s.nlb, s.seq);
+    s.io = VolumeIo{};
+    s.io.op = IoOp::write;
+    s.io.slba = s.slba;
+    s.io.nlb = s.nlb;
+    s.io.buf = s.buf.data();
+    s.io.done = &Workload::written;
+    s.io.user = &s;
+    submit(s);
+  }
+
+  void submit(Slot& s) noexcept {
+    if (vol->submit(s.io) != 0) {
+      ++submit_errors;
+      finish();
+    }
+  }
+
+  static void written(VolumeIo& io, NvmeStatus st) noexcept {
+    auto& s = *static_cast<Slot*>(io.user);
+    ++s.w->writes;
+    if (!st.is_success()) {
+      std::printf("volume: write of %u blocks at %llu failed: 0x%x\n", s.nlb,
+                  static_cast<unsigned long long>(s.slba), st.raw);
+      ++s.w->errors;
+      s.w->finish();
+      return;
+    }
+    std::memset(s.buf.data(), 0, size_t{s.nlb} * s.w->bs);
+    s.io = VolumeIo{};
+    s.io.op = IoOp::read;
+    s.io.slba = s.slba;
+    s.io.nlb = s.nlb;
+    s.io.buf = s.buf.data();
+    s.io.done = &Workload::read_back;
+    s.io.user = &s;
+    s.w->submit(s);
+  }
+
+  static void read_back(VolumeIo& io, NvmeStatus st) noexcept {
+    auto& s = *static_cast<Slot*>(io.user);
+    ++s.w->reads;
+    if (!st.is_success()) {
+      std::printf("volume: read of %u blocks at %llu failed: 0x%x\n", s.nlb,
+                  static_cast<unsigned long long>(s.slba), st.raw);
+      ++s.w->errors;
+      s.w->finish();
+      return;
+    }
+    const uint32_t bad = mismatches(s.buf.data(), s.w->bs, s.slba, s.nlb, s.seq);
+    if (bad) {
+      std::printf("volume: %u of %u blocks at %llu mismatch (seq %llu)\n", bad, s.nlb,
+                  static_cast<unsigned long long>(s.slba), static_cast<unsigned long long>(s.seq));
+      s.w->bad_blocks += bad;
+    }
+    s.w->start_write(s);
+  }
+
+  void finish() noexcept {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--running == 0) cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a Volume over an RDMA path and a TCP path: the RDMA port goes away and returns",
+          "[volume]") {
+  const int seconds = std::atoi(env_or("CONF_SECONDS", "14").c_str());
+  const bool expect_loss = env_or("CONF_EXPECT_LOSS", "0") == "1";
+  const std::string ready = env_or("CONF_READY", "");
+
+  VolumeOptions vo;
+  vo.paths = {rdma_address(), tcp_address()};
+  vo.connect = options();
+  vo.connect.io_queue_depth = 64;
+  vo.selector = SelectorKind::round_robin;
+  // Derived deadlines (a few ms) are far below what TCG delivers under load.
+  vo.io_deadline = 2s;
+  vo.no_path_timeout = 20s;
+  auto v = Volume::open(vo);
+  INFO("open: " << (v ? "ok" : v.error().message()));
+  REQUIRE(v);
+  Volume& vol = **v;
+  REQUIRE(vol.block_size() == 4096);
+  for (int i = 0; i < 100 && vol.usable_paths() < 2; ++i) std::this_thread::sleep_for(50ms);
+  CHECK(vol.usable_paths() == 2);
+
+  Workload w;
+  w.vol = &vol;
+  w.bs = vol.block_size();
+  w.stop_ns = Reactor::clock_ns() + static_cast<uint64_t>(seconds) * 1000000000ull;
+  w.running = Workload::kSlots;
+  for (uint32_t i = 0; i < Workload::kSlots; ++i) {
+    auto& s = w.slots[i];
+    s.w = &w;
+    s.index = i;
+    s.buf.assign(size_t{Workload::kSlotBlocks} * w.bs, 0);
+  }
+  for (auto& s : w.slots) w.start_write(s);
+  std::this_thread::sleep_for(300ms);
+  if (!ready.empty()) std::ofstream(ready) << "running\n";
+
+  // Watch the RDMA path (index 0): its I/O count when it first reconnected after a failure.
+  uint64_t ios_at_reconnect = 0;
+  bool reconnected = false;
+  {
+    std::unique_lock<std::mutex> lock(w.mu);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(seconds + 60);
+    while (w.running != 0 && std::chrono::steady_clock::now() < limit) {
+      w.cv.wait_for(lock, 100ms, [&] { return w.running == 0; });
+      if (!reconnected) {
+        lock.unlock();
+        const VolumeStats st = vol.stats();
+        lock.lock();
+        if (st.paths[0].failovers >= 1 && st.paths[0].reconnects >= 1 && st.paths[0].state == PathState::live) {
+          reconnected = true;
+          ios_at_reconnect = st.paths[0].ios;
+          std::printf("volume: rdma path reconnected with %llu I/Os done\n",
+                      static_cast<unsigned long long>(ios_at_reconnect));
+        }
+      }
+    }
+    REQUIRE(w.running == 0);
+  }
+
+  const VolumeStats st = vol.stats();
+  std::printf("%s", to_text(st).c_str());
+  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu bad blocks, %llu refused\n",
+              static_cast<unsigned long long>(w.writes.load()), static_cast<unsigned long long>(w.reads.load()),
+              static_cast<unsigned long long>(w.errors.load()), static_cast<unsigned long long>(w.bad_blocks.load()),
+              static_cast<unsigned long long>(w.submit_errors.load()));
+  CHECK(w.errors == 0);
+  CHECK(w.bad_blocks == 0);
+  CHECK(w.submit_errors == 0);
+  CHECK(st.failed == 0);
+  CHECK(w.reads > Workload::kSlots);
+  REQUIRE(st.paths.size() == 2);
+  CHECK(st.paths[0].ios > 0);
+  CHECK(st.paths[1].ios > 0);
+  if (expect_loss) {
+    CHECK(st.paths[0].failovers >= 1);
+    CHECK(st.paths[1].failovers == 0);
+    CHECK(reconnected);
+    // The returned RDMA path carried I/O again.
+    CHECK(st.paths[0].ios > ios_at_reconnect);
+  }
+}
