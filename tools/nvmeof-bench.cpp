@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
   vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
   vo.selector = o.selector;
   vo.reactors = o.reactors;
+  vo.io_deadline = std::chrono::duration_cast<std::chrono::microseconds>(o.io_deadline);
+  vo.fence_bound = std::chrono::duration_cast<std::chrono::milliseconds>(o.fence_bound);
 
   auto opened = Volume::open(vo);
   if (!opened) {
@@ -204,6 +206,7 @@ int main(int argc, char** argv) {
         " ms");
     work.start(Phase::timed);
     const uint64_t t0 = monotonic_ns();
+    report.fault.inject_ns = t0;  // the timeline's origin until a fault is injected
     for (uint64_t now = t0; now < t0 + to_ns(o.runtime); now = monotonic_ns()) {
       faults.tick(now, t0, work, *volume, report);
       work.service();

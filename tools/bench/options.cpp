@@ -136,7 +136,7 @@ ParsedArgs parse_args(int argc, char** argv) {
       "DURATION");
 
   std::string bs = "4k", runtime = "5s", size, fail_at = "2s", restore_after = "0",
-              slow_latency = "50ms";
+              slow_latency = "50ms", io_deadline = "0", fence_bound = "0";
   std::string rw = "read", selector = "service-time", digest = "none", fail_kind = "reset";
   app.add_option("--rw", rw, "I/O pattern (rw, randrw: mixed)")->check(CLI::IsMember(keys(rw_names)));
   app.add_option("--rwmixread", o.rwmixread, "percent of reads in rw / randrw")
@@ -158,6 +158,13 @@ ParsedArgs parse_args(int argc, char** argv) {
       ->check(CLI::IsMember(keys(selector_names)));
   app.add_option("--digest", digest, "NVMe/TCP digests")->check(CLI::IsMember(keys(digest_names)));
   app.add_option("--reactors", o.reactors, "data-plane threads")->check(CLI::Range(1u, 64u));
+  app.add_option("--io-deadline", io_deadline,
+                 "command deadline that makes a path suspect (0: from its latency, at most 25ms)")
+      ->check(duration_check);
+  app.add_option("--fence-bound", fence_bound,
+                 "wait before writes leave a dead path when the target reports no CQT "
+                 "(0: the keep-alive timeout)")
+      ->check(duration_check);
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
   auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
@@ -194,6 +201,8 @@ ParsedArgs parse_args(int argc, char** argv) {
   o.fail_at = *parse_duration(fail_at);
   o.restore_after = *parse_duration(restore_after);
   o.slow_latency = *parse_duration(slow_latency);
+  o.io_deadline = *parse_duration(io_deadline);
+  o.fence_bound = *parse_duration(fence_bound);
   if (!o.has_fault()) o.fail_kind = FaultArg::none;
   if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
   return {o, 0};

@@ -42,6 +42,8 @@ struct BenchOptions {
   SelectorKind selector = SelectorKind::service_time;
   Digest digest = Digest::none;
   unsigned reactors = 1;
+  std::chrono::nanoseconds io_deadline{0};  ///< 0: derived from each path's latency
+  std::chrono::nanoseconds fence_bound{0};  ///< 0: the target's CQT, else the keep-alive timeout
   bool verify = true;
   bool json = false;
   int fail_path = -1;

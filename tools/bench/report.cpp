@@ -166,6 +166,8 @@ nlohmann::json to_json(const BenchReport& r) {
                    : o.digest == Digest::data   ? "data"
                                                 : "both"},
         {"reactors", o.reactors},
+        {"io_deadline_ms", std::chrono::duration<double, std::milli>(o.io_deadline).count()},
+        {"fence_bound_ms", std::chrono::duration<double, std::milli>(o.fence_bound).count()},
         {"verify", o.verify},
         {"seed", o.seed}}},
       {"namespace", {{"block_size", r.block_size}, {"size_blocks", r.namespace_blocks}}},

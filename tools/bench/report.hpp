@@ -25,7 +25,9 @@ struct FaultReport {
   bool injected = false;
   int path = -1;
   FaultArg kind = FaultArg::none;
-  uint64_t inject_ns = 0;          ///< CLOCK_MONOTONIC, the time base of FailoverEvent
+  /// CLOCK_MONOTONIC of the injection (of the timed phase's start when nothing was injected):
+  /// the origin of the timeline's *_ms fields.
+  uint64_t inject_ns = 0;
   double at_ms = 0;                ///< since the timed phase started
   double restored_after_ms = -1;   ///< since the injection; -1: not restored
   std::vector<FailoverEvent> timeline;  ///< failovers seen during the timed phase
