@@ -15,7 +15,7 @@
 
 #include "core/histogram.hpp"
 #include "core/mpsc_ring.hpp"
-#include "multipath/endpoint.hpp"
+#include "control/endpoint.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/queue_pair.hpp"

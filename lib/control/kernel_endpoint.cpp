@@ -1,36 +1,16 @@
-#include "multipath/endpoint.hpp"
-
+// A kernel path as a volume path (Transport::passthrough): built when liburing has
+// IORING_OP_URING_CMD (kernel_endpoint_unavailable.cpp otherwise).
 #include <algorithm>
 #include <cstdio>
 
+#include "control/endpoint.hpp"
 #include "control/kernel_connect.hpp"
 #include "control/kernel_paths.hpp"
 #include "transport/uring/admin.hpp"
-#ifdef NVMEOF_HAVE_URING_CMD
 #include "transport/uring/queue_pair.hpp"
-#endif
 
 namespace nvmeof::detail {
 namespace {
-
-class FabricEndpoint final : public PathEndpoint {
- public:
-  explicit FabricEndpoint(std::shared_ptr<Controller> c) : ctrl_(std::move(c)) {}
-  const ControllerInfo& info() const noexcept override { return ctrl_->info(); }
-  Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return ctrl_->identify_namespace(nsid); }
-  Result<std::vector<uint32_t>> active_namespaces() override { return ctrl_->active_namespaces(); }
-  Result<AnaLog> ana_log() override { return ctrl_->ana_log(); }
-  Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& r, uint32_t depth) override {
-    return ctrl_->create_io_queue(r, depth);
-  }
-  void on_async_event(std::function<void(uint32_t)> fn) override { ctrl_->on_async_event(std::move(fn)); }
-  void on_failure(std::function<void(std::error_code)> fn) override { ctrl_->on_failure(std::move(fn)); }
-  void fence() override { ctrl_->disconnect(); }
-  void close() override { ctrl_->disconnect(); }
-
- private:
-  std::shared_ptr<Controller> ctrl_;
-};
 
 // A kernel path in multipath=N mode: the controller's admin commands by ioctl on /dev/nvmeX,
 // I/O by io_uring passthrough on the namespace's /dev/ngXnY.
@@ -46,9 +26,7 @@ class KernelEndpoint final : public PathEndpoint {
   Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return admin_.identify_namespace(nsid); }
   Result<std::vector<uint32_t>> active_namespaces() override { return std::vector<uint32_t>{nsid_}; }
   Result<AnaLog> ana_log() override { return admin_.ana_log(); }
-  Result<std::unique_ptr<QueuePair>> create_io_queue([[maybe_unused]] Reactor& r,
-                                                     [[maybe_unused]] uint32_t depth) override {
-#ifdef NVMEOF_HAVE_URING_CMD
+  Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& r, uint32_t depth) override {
     uring::QpConfig qc;
     qc.device = device_;
     qc.depth = depth ? depth : 128;
@@ -56,9 +34,6 @@ class KernelEndpoint final : public PathEndpoint {
     if (!qp) return qp.error();
     (*qp)->start();
     return std::unique_ptr<QueuePair>(std::move(*qp));
-#else
-    return Errc::unsupported;
-#endif
   }
   bool has_async_events() const noexcept override { return false; }
   void on_async_event(std::function<void(uint32_t)>) override {}
@@ -84,7 +59,9 @@ class KernelEndpoint final : public PathEndpoint {
   uint32_t nsid_;
 };
 
-Result<std::shared_ptr<PathEndpoint>> open_kernel(const TransportAddress& addr) {
+}  // namespace
+
+Result<std::shared_ptr<PathEndpoint>> open_kernel_endpoint(const TransportAddress& addr) {
   KernelScanOptions so;
   so.ana = AnaLookup::sysfs_only;
   auto topo = scan_kernel_paths(so);
@@ -100,26 +77,14 @@ Result<std::shared_ptr<PathEndpoint>> open_kernel(const TransportAddress& addr) 
           if (!admin) return admin.error();
           auto info = admin->identify_controller();
           if (!info) return info.error();
-#ifdef NVMEOF_HAVE_URING_CMD
           // The volume splits I/O at this size; the passthrough pair takes no more.
           const uint32_t limit = uring::transfer_limit(addr.traddr, "/sys");
           info->max_transfer = info->max_transfer ? std::min(info->max_transfer, limit) : limit;
-#endif
           return std::shared_ptr<PathEndpoint>(
               std::make_shared<KernelEndpoint>(addr.traddr, k, std::move(*admin), std::move(*info), ns.nsid));
         }
       }
   return errno_code(ENOENT);
-}
-
-}  // namespace
-
-Result<std::shared_ptr<PathEndpoint>> open_endpoint(ControlPlane& cp, const TransportAddress& addr,
-                                                    const ConnectOptions& opts) {
-  if (addr.transport == Transport::passthrough) return open_kernel(addr);
-  auto c = Controller::connect(cp, addr, opts);
-  if (!c) return c.error();
-  return std::shared_ptr<PathEndpoint>(std::make_shared<FabricEndpoint>(std::move(*c)));
 }
 
 }  // namespace nvmeof::detail

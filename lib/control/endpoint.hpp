@@ -1,5 +1,5 @@
 // What a volume needs from one path, whatever carries it: our own fabric controller (user-space
-// NVMe/TCP, later RDMA), or a kernel controller whose namespace we drive by io_uring
+// NVMe/TCP or NVMe/RDMA), or a kernel controller whose namespace we drive by io_uring
 // passthrough on /dev/ngXnY (Transport::passthrough).
 //
 // Threading: open_endpoint() and every call except create_io_queue() run on the volume's
@@ -49,5 +49,9 @@ class PathEndpoint {
 /// live), the errors of the admin device.
 Result<std::shared_ptr<PathEndpoint>> open_endpoint(ControlPlane& cp, const TransportAddress& addr,
                                                     const ConnectOptions& opts);
+
+/// The kernel path behind addr.traddr (/dev/ngXnY). Errc::unsupported when built without
+/// io_uring passthrough.
+Result<std::shared_ptr<PathEndpoint>> open_kernel_endpoint(const TransportAddress& addr);
 
 }  // namespace nvmeof::detail
