@@ -6,7 +6,8 @@
 //                                            4 KiB and 128 KiB commands; every path but the first
 //                                            with registered buffers (IORING_URING_CMD_FIXED);
 //                                            prints which pairs poll (IOPOLL)
-//   uring_qp_test ana <nvmeX> <state>        ANA log page through admin passthrough == <state>
+//   uring_qp_test ana <nvmeX> <state>        ANA log page through admin passthrough
+//                                            (NVME_URING_CMD_ADMIN) == <state>
 //   uring_qp_test loss <ng> <seconds>        reads at QD 32 until the path dies (the caller
 //                                            removes the nvmet port): every outstanding and every
 //                                            new command must complete with an error in time
@@ -247,6 +248,9 @@ int cmd_ana(const std::string& ctrl, const std::string& want) {
     }
   }
   if (!log->group(1)) return fail("no ANA group 1");
+  std::printf("%s: admin commands via %s\n", ctrl.c_str(), admin->mechanism());
+  // This kernel (6.1) has NVME_URING_CMD_ADMIN on /dev/nvmeX: the ioctl is only a fallback.
+  if (std::strcmp(admin->mechanism(), "io_uring") != 0) return fail("admin commands did not go through io_uring");
   return 0;
 }
 

@@ -49,6 +49,15 @@ AdminDevice::~AdminDevice() {
 
 Result<uint32_t> AdminDevice::run(const Sqe& cmd, void* data, uint32_t len,
                                   std::chrono::milliseconds timeout) const {
+  uint32_t dw0 = 0;
+  const int u = run_admin_uring(fd_, cmd, data, len, static_cast<uint32_t>(timeout.count()), dw0);
+  if (u != -ENOSYS && u != -EOPNOTSUPP) {
+    mechanism_ = "io_uring";
+    if (u < 0) return errno_code(-u);
+    if (u > 0) return make_error_code(NvmeStatus{static_cast<uint16_t>(u & 0x7fff)});
+    return dw0;
+  }
+  mechanism_ = "ioctl";
   nvme_admin_cmd c{};
   c.opcode = cmd.opcode;
   c.nsid = cmd.nsid;

@@ -1,7 +1,9 @@
-// Admin commands on a kernel controller's char device /dev/nvmeX, through the
-// NVME_IOCTL_ADMIN_CMD ioctl. This is the control path (Identify, ANA log at connect and on
-// change), so one blocking system call per command is the simple and right tool; the data path
-// uses io_uring passthrough (queue_pair.hpp).
+// Admin commands on a kernel controller's char device /dev/nvmeX: io_uring passthrough
+// (IORING_OP_URING_CMD with NVME_URING_CMD_ADMIN) on a small ring made for the command, or the
+// NVME_IOCTL_ADMIN_CMD ioctl where the kernel or liburing cannot do that (older than 5.19, or
+// built without IORING_OP_URING_CMD). This is the control path (Identify, ANA log at connect
+// and on change), so each command simply blocks its caller; the data path keeps its rings
+// (queue_pair.hpp).
 //
 // Needs CAP_SYS_ADMIN (the kernel's rule for admin passthrough).
 // Threading: every function blocks its caller and shares no state; call from the control
@@ -19,6 +21,13 @@
 
 namespace nvmeof::uring {
 
+/// One admin command through IORING_OP_URING_CMD (NVME_URING_CMD_ADMIN) on `fd`, waiting for
+/// its completion: the NVMe status (>= 0, 0 success) with DW0 in `dw0`, or -errno. -ENOSYS
+/// when this build or the kernel has no passthrough rings (the caller falls back to the ioctl).
+/// admin_uring.cpp, or admin_uring_unavailable.cpp when liburing lacks IORING_OP_URING_CMD.
+int run_admin_uring(int fd, const Sqe& cmd, void* data, uint32_t len, uint32_t timeout_ms,
+                    uint32_t& dw0) noexcept;
+
 /// An open /dev/nvmeX. Move-only; closes the descriptor when destroyed.
 class AdminDevice {
  public:
@@ -26,7 +35,7 @@ class AdminDevice {
   /// EACCES).
   static Result<AdminDevice> open(const std::string& path);
 
-  AdminDevice(AdminDevice&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  AdminDevice(AdminDevice&& o) noexcept : fd_(o.fd_), mechanism_(o.mechanism_) { o.fd_ = -1; }
   AdminDevice& operator=(AdminDevice&& o) noexcept;
   AdminDevice(const AdminDevice&) = delete;
   AdminDevice& operator=(const AdminDevice&) = delete;
@@ -41,6 +50,8 @@ class AdminDevice {
   /// was cancelled, ENOTTY on a device that is not an NVMe controller).
   Result<uint32_t> run(const Sqe& cmd, void* data, uint32_t len,
                        std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) const;
+  /// How the last command went: "io_uring" (NVME_URING_CMD_ADMIN), "ioctl", or "none".
+  const char* mechanism() const noexcept { return mechanism_; }
 
   /// Identify Controller, parsed. Errors: those of run(), and of parse_identify_controller().
   Result<ControllerInfo> identify_controller() const;
@@ -55,6 +66,7 @@ class AdminDevice {
  private:
   explicit AdminDevice(int fd) noexcept : fd_(fd) {}
   int fd_ = -1;
+  mutable const char* mechanism_ = "none";
 };
 
 }  // namespace nvmeof::uring
