@@ -57,10 +57,11 @@ class Topology {
   /// The largest distance in the table.
   int max_distance() const noexcept;
 
-  /// `<root>/class/net/<ifname>/device/numa_node`: kUnknownNode when the interface has no
-  /// device (lo, dummy, veth), the file is missing or says -1.
+  /// `<root>/class/net/<ifname>/device/numa_node`, or that of the nearest parent device that has
+  /// one (a virtio NIC's sits on its PCI function): kUnknownNode when the interface has no device
+  /// (lo, dummy, veth), no such file exists or it says -1.
   int net_node(std::string_view ifname) const;
-  /// `<root>/class/infiniband/<dev>/device/numa_node`, or kUnknownNode.
+  /// `<root>/class/infiniband/<dev>/device/numa_node` (or a parent's), or kUnknownNode.
   int rdma_node(std::string_view dev) const;
   /// `<root>/class/nvme/<nvmeX>/device/numa_node` (a PCIe controller) or, for a fabrics
   /// controller, the node of the interface its connection leaves through (`host_iface`, else

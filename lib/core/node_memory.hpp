@@ -19,7 +19,7 @@
 namespace nvmeof::detail {
 
 /// Buffers at least this large try huge pages (rounded up to the huge page size).
-inline constexpr size_t kHugePageMin = 1u << 20;
+inline constexpr size_t kHugePageMin = 512u << 10;
 
 /// Where this thread's data-plane memory goes: set by a lane after pinning, read by the queue
 /// pairs it creates. -1 (the default): first touch only, wherever the thread runs.

@@ -38,6 +38,19 @@ int read_node_file(const fs::path& p) {
   return v;
 }
 
+// The node of the device behind a class entry (`<class dir>/device`): its own numa_node, else
+// that of the nearest parent that has one (a virtio NIC's numa_node sits on its PCI function,
+// one level up from the virtio device the class entry points at).
+int device_node(const fs::path& class_entry) {
+  std::error_code ec;
+  fs::path p = fs::canonical(class_entry / "device", ec);
+  if (ec) return kUnknownNode;
+  for (int level = 0; level < 3 && p.has_relative_path(); ++level, p = p.parent_path()) {
+    if (fs::exists(p / "numa_node", ec)) return read_node_file(p / "numa_node");
+  }
+  return kUnknownNode;
+}
+
 bool parse_int(std::string_view s, int& v) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc{} && end == s.data() + s.size() && v >= 0;
@@ -234,18 +247,18 @@ int Topology::distance(int a, int b) const noexcept {
 
 int Topology::net_node(std::string_view ifname) const {
   if (ifname.empty() || ifname.find('/') != std::string_view::npos) return kUnknownNode;
-  return read_node_file(fs::path(root_) / "class/net" / std::string(ifname) / "device/numa_node");
+  return device_node(fs::path(root_) / "class/net" / std::string(ifname));
 }
 
 int Topology::rdma_node(std::string_view dev) const {
   if (dev.empty() || dev.find('/') != std::string_view::npos) return kUnknownNode;
-  return read_node_file(fs::path(root_) / "class/infiniband" / std::string(dev) / "device/numa_node");
+  return device_node(fs::path(root_) / "class/infiniband" / std::string(dev));
 }
 
 int Topology::nvme_ctrl_node(std::string_view ctrl) const {
   if (ctrl.empty() || ctrl.find('/') != std::string_view::npos) return kUnknownNode;
   const fs::path d = fs::path(root_) / "class/nvme" / std::string(ctrl);
-  if (const int n = read_node_file(d / "device/numa_node"); n >= 0) return n;
+  if (const int n = device_node(d); n >= 0) return n;
   std::string addr;
   if (!read_line(d / "address", addr)) return kUnknownNode;
   if (std::string iface = address_field(addr, "host_iface"); !iface.empty()) return net_node(iface);

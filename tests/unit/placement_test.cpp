@@ -266,6 +266,24 @@ TEST_CASE("no node directory: one node of the online CPUs; unpinned placement", 
   CHECK(Topology::read(bad.root()).error() == make_error_code(Errc::invalid_argument));
 }
 
+TEST_CASE("a virtio NIC's node sits on its PCI function, one level up", "[numa]") {
+  FakeSysfs s;
+  s.node(0, "0", "10 20").node(1, "1", "20 10");
+  s.file("devices/pci0000:80/0000:80:00.0/0000:81:00.0/numa_node", "1")
+      .dir("devices/pci0000:80/0000:80:00.0/0000:81:00.0/virtio4")
+      .file("devices/pci0000:00/0000:00:02.0/numa_node", "-1")
+      .dir("devices/pci0000:00/0000:00:02.0/virtio0")
+      .dir("class/net/eth0")
+      .dir("class/net/eth1");
+  fs::create_directory_symlink("../../../devices/pci0000:80/0000:80:00.0/0000:81:00.0/virtio4",
+                               fs::path(s.root()) / "class/net/eth1/device");
+  fs::create_directory_symlink("../../../devices/pci0000:00/0000:00:02.0/virtio0",
+                               fs::path(s.root()) / "class/net/eth0/device");
+  const Topology t = read(s);
+  CHECK(t.net_node("eth1") == 1);
+  CHECK(t.net_node("eth0") == kUnknownNode);
+}
+
 TEST_CASE("kernel and RDMA paths: the controller's or the device's node", "[numa]") {
   FakeSysfs s = two_nodes();
   s.file("class/nvme/nvme0/device/numa_node", "1")

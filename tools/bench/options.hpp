@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nvmeof/controller.hpp"
+#include "nvmeof/topology.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::bench {
@@ -42,6 +43,11 @@ struct BenchOptions {
   SelectorKind selector = SelectorKind::service_time;
   Digest digest = Digest::none;
   unsigned reactors = 1;
+  PlacementMode placement = PlacementMode::numa;
+  std::vector<int> cpus;                ///< reactor CPUs (--cpus); empty: the plan chooses
+  int memory_node = -1;                 ///< every reactor's memory and the buffers on this node
+  std::vector<std::string> host_ifaces; ///< per --target, the interface to bind to
+  bool show_placement = false;
   bool verify = true;
   bool json = false;
   int fail_path = -1;
