@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
   vo.placement = o.placement;
   vo.cpus = o.cpus;
   vo.memory_node = o.memory_node;
+  vo.io_deadline = std::chrono::duration_cast<std::chrono::microseconds>(o.io_deadline);
 
   auto opened = Volume::open(vo);
   if (!opened) {

@@ -171,6 +171,10 @@ ParsedArgs parse_args(int argc, char** argv) {
       ->check(CLI::Range(0, 1023));
   app.add_option("--host-iface", o.host_ifaces, "interface to bind each --target to (in order)")
       ->needs(target);
+  std::string io_deadline = "0";
+  app.add_option("--io-deadline", io_deadline,
+                 "per-command deadline (0: derived from latency; raise it under valgrind or TCG)")
+      ->check(duration_check);
   app.add_flag("--show-placement", o.show_placement, "print the placement plan");
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
@@ -202,6 +206,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   }
   o.placement = placement == "numa" ? PlacementMode::numa : PlacementMode::unpinned;
   if (!cpus.empty()) o.cpus = *parse_cpulist(cpus);
+  o.io_deadline = *parse_duration(io_deadline);
   o.rw = rw_names.at(rw);
   o.selector = selector_names.at(selector);
   o.digest = digest_names.at(digest);

@@ -48,6 +48,7 @@ struct BenchOptions {
   int memory_node = -1;                 ///< every reactor's memory and the buffers on this node
   std::vector<std::string> host_ifaces; ///< per --target, the interface to bind to
   bool show_placement = false;
+  std::chrono::nanoseconds io_deadline{0};  ///< per-command deadline; 0: the volume's default
   bool verify = true;
   bool json = false;
   int fail_path = -1;
