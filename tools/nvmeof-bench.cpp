@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "nvmeof-bench: --target %s: %s\n", a.c_str(), addr.error().message().c_str());
       return 2;
     }
+    if (vo.paths.size() < o.host_ifaces.size()) addr->host_iface = o.host_ifaces[vo.paths.size()];
     vo.paths.push_back(*addr);
   }
   vo.connect.subnqn = o.nqn;
@@ -153,6 +154,9 @@ int main(int argc, char** argv) {
   vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
   vo.selector = o.selector;
   vo.reactors = o.reactors;
+  vo.placement = o.placement;
+  vo.cpus = o.cpus;
+  vo.memory_node = o.memory_node;
   vo.io_deadline = std::chrono::duration_cast<std::chrono::microseconds>(o.io_deadline);
   vo.fence_bound = std::chrono::duration_cast<std::chrono::milliseconds>(o.fence_bound);
 
@@ -162,6 +166,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Volume> volume = std::move(*opened);
+  report.placement_json = to_json(volume->placement());
+  if (o.show_placement && !o.json) std::cout << to_text(volume->placement()) << std::flush;
   report.block_size = volume->block_size();
   report.namespace_blocks = volume->size_blocks();
 
@@ -181,6 +187,10 @@ int main(int argc, char** argv) {
   cfg.iodepth = o.iodepth;
   cfg.verify = o.verify;
   cfg.seed = o.seed;
+  // Slot i runs on reactor i % reactors; its buffer sits on that reactor's node (or on
+  // --memory-node for the remote-memory baseline).
+  for (const ReactorPlacement& r : volume->placement().reactors)
+    cfg.reactor_nodes.push_back(o.memory_node >= 0 ? o.memory_node : r.node);
   cfg.run_id = mix64(monotonic_ns() ^ (static_cast<uint64_t>(getpid()) << 32) ^ o.seed);
   if (cfg.units == 0) {
     std::fprintf(stderr, "nvmeof-bench: the working set holds no --bs sized I/O\n");

@@ -5,8 +5,8 @@
 // Threading: the volume runs `reactors` data-plane threads (each owns an io_uring and one queue
 // pair per path) and one control thread (admin queues, keep-alive, ANA, reconnects).
 // submit() and the coroutine forms may be called from any thread; a call from a reactor thread
-// (e.g. from inside a completion) stays on that reactor, others are handed to a reactor through
-// its bounded MPSC ring. Completions run on the reactor thread that executed the I/O.
+// (e.g. from inside a completion) stays on that reactor, others are handed through its bounded
+// MPSC ring to a reactor on the caller's NUMA node (any reactor when that node has none). Completions run on the reactor thread that executed the I/O.
 #pragma once
 
 #include <chrono>
@@ -19,6 +19,7 @@
 #include "nvmeof/controller.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/status.hpp"
+#include "nvmeof/topology.hpp"
 
 namespace nvmeof {
 
@@ -34,7 +35,16 @@ struct VolumeOptions {
   SelectorKind selector = SelectorKind::service_time;
   uint32_t round_robin_ios = 1;          ///< I/Os per turn for round_robin
   unsigned reactors = 1;                 ///< data-plane threads
-  std::vector<int> cpus;                 ///< pin reactor i to cpus[i] when given
+  /// NUMA placement (nvmeof/topology.hpp). numa: reactor i is pinned to cpus[i % size] (or, when
+  /// `cpus` is empty, to a chosen CPU: the nodes interleaved, nodes carrying a path first), its
+  /// request pool and queue-pair buffers sit on its node, and its path choice knows the distance
+  /// to each path's node. unpinned: none of that (a baseline to measure against).
+  PlacementMode placement = PlacementMode::numa;
+  std::vector<int> cpus;                 ///< CPUs for the reactors (numa placement)
+  std::string sysfs_root = "/sys";       ///< where the topology is read from
+  /// When >= 0, every reactor's memory goes on this node whatever the placement (to measure the
+  /// cost of remote memory).
+  int memory_node = kUnknownNode;
   /// Per-command deadline; 0 derives it from the path's own latency (never above 25 ms).
   std::chrono::microseconds io_deadline{0};
   std::chrono::milliseconds no_path_timeout{30000};
@@ -142,6 +152,14 @@ class Volume {
   /// the target reactor's submission ring is full. Never fails for lack of a path: the I/O waits
   /// up to no_path_timeout, then completes with status::kHostPathError (DNR set).
   int submit(VolumeIo& io) noexcept;
+
+  /// Starts `io` on reactor `reactor` (modulo the number of reactors) whatever the calling
+  /// thread: for a caller that spreads its own work over the reactors (and put its buffers on
+  /// each reactor's node, placement().reactors[i].node). Returns as submit().
+  int submit(VolumeIo& io, unsigned reactor) noexcept;
+
+  /// The placement plan, computed once at open. Any thread.
+  const Placement& placement() const noexcept;
 
   /// Changes the path selector; safe while I/O runs.
   void set_selector(SelectorKind k) noexcept;

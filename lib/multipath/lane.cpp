@@ -1,7 +1,5 @@
 // The data plane of a volume: one lane per reactor thread, one queue pair per path on it.
 // Everything here runs on the lane's own thread except enqueue() and snapshot().
-#include <sched.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -14,7 +12,6 @@ namespace nvmeof::detail {
 namespace {
 
 thread_local Lane* tls_lane = nullptr;
-constexpr size_t kAttemptsPerLane = 4096;
 constexpr uint64_t kMinDeadlineNs = 15'000'000;  // 15 ms: below this a loaded host misfires
 constexpr uint64_t kMaxDeadlineNs = 25'000'000;  // design.md: never above 25 ms
 constexpr double kEwma = 0.1;
@@ -52,11 +49,8 @@ Attempt* AttemptList::pop_front() noexcept {
 Lane::Lane(VolumeImpl& vol, int index) : vol_(vol), index_(index) {
   for (size_t i = 0; i < vol.paths_.size(); ++i) paths_.push_back(std::make_unique<LanePath>());
   views_.resize(vol.paths_.size());
-  attempts_.resize(kAttemptsPerLane);
-  for (auto& a : attempts_) {
-    a.next = free_;
-    free_ = &a;
-  }
+  const auto& r = vol.placement_.reactors[static_cast<size_t>(index)];
+  for (size_t p = 0; p < views_.size() && p < r.distances.size(); ++p) views_[p].distance = r.distances[p];
 }
 
 Lane::~Lane() { stop(); }
@@ -68,13 +62,7 @@ Result<void> Lane::start() {
   auto fut = ready.get_future();
   thread_ = std::thread([this, &ready] {
     tls_lane = this;
-    const auto& cpus = vol_.opts_.cpus;
-    if (!cpus.empty()) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpus[static_cast<size_t>(index_) % cpus.size()], &set);
-      sched_setaffinity(0, sizeof set, &set);  // best effort: an offline CPU leaves it unpinned
-    }
+    place_thread();
     auto r = Reactor::create();
     if (!r) {
       ready.set_value(r.error());

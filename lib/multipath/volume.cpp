@@ -134,9 +134,11 @@ Result<void> VolumeImpl::open() {
     if (sp->ctrl && sp->ctrl->info().max_transfer) max_transfer = std::min(max_transfer, sp->ctrl->info().max_transfer);
   max_blocks_per_cmd_ = std::clamp<uint32_t>(max_transfer / ns_.block_size, 1, 65536);
 
+  plan_placement();
   for (unsigned i = 0; i < opts_.reactors; ++i) lanes_.push_back(std::make_unique<Lane>(*this, static_cast<int>(i)));
   for (auto& l : lanes_)
     if (auto r = l->start(); !r) return r.error();
+  index_lanes();
 
   for (auto& sp : paths_) {
     if (sp->state.load() == PathState::live) watch_controller(sp->index);
@@ -413,8 +415,9 @@ const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_; }
 uint32_t Volume::block_size() const noexcept { return impl_->ns_.block_size; }
 uint64_t Volume::size_blocks() const noexcept { return impl_->ns_.size_blocks; }
 
-int Volume::submit(VolumeIo& io) noexcept {
-  auto& v = *impl_;
+namespace {
+// 0 or -EINVAL: the checks every submission passes before it reaches a lane.
+int check_io(const detail::VolumeImpl& v, const VolumeIo& io) noexcept {
   if (!io.done || !v.accepting_.load(std::memory_order_acquire)) return -EINVAL;
   switch (io.op) {
     case IoOp::read:
@@ -430,13 +433,32 @@ int Volume::submit(VolumeIo& io) noexcept {
     case IoOp::flush:
       break;
   }
+  return 0;
+}
+}  // namespace
+
+int Volume::submit(VolumeIo& io) noexcept {
+  auto& v = *impl_;
+  if (const int rc = check_io(v, io)) return rc;
   if (detail::Lane* own = v.lane_for_submit()) {
     own->start_io(io);
     return 0;
   }
-  const uint32_t i = v.next_lane_.fetch_add(1, std::memory_order_relaxed) % static_cast<uint32_t>(v.lanes_.size());
-  return v.lanes_[i]->enqueue(&io) ? 0 : -EAGAIN;
+  return v.lane_for_caller()->enqueue(&io) ? 0 : -EAGAIN;
 }
+
+int Volume::submit(VolumeIo& io, unsigned reactor) noexcept {
+  auto& v = *impl_;
+  if (const int rc = check_io(v, io)) return rc;
+  detail::Lane* lane = v.lanes_[reactor % v.lanes_.size()].get();
+  if (lane->on_lane_thread()) {
+    lane->start_io(io);
+    return 0;
+  }
+  return lane->enqueue(&io) ? 0 : -EAGAIN;
+}
+
+const Placement& Volume::placement() const noexcept { return impl_->placement_; }
 
 void Volume::set_selector(SelectorKind k) noexcept { impl_->selector_.store(k, std::memory_order_relaxed); }
 

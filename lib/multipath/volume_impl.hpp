@@ -16,10 +16,12 @@
 #include "core/histogram.hpp"
 #include "core/mpsc_ring.hpp"
 #include "control/endpoint.hpp"
+#include "core/node_memory.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/queue_pair.hpp"
 #include "nvmeof/reactor.hpp"
+#include "nvmeof/topology.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::detail {
@@ -133,11 +135,14 @@ class Lane final : public QueuePairListener {
   Snapshot snapshot();
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
+  /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
+  int node() const noexcept;
 
   void on_queue_failed(QueuePair& qp, std::error_code why) noexcept override;
 
  private:
   void run();
+  void place_thread() noexcept;  // pinning and memory, on the lane's thread (lane_placement.cpp)
   static int poll_hook(void* self) noexcept;
   int turn() noexcept;
   static void on_complete(IoRequest& req, const Cqe& cqe) noexcept;
@@ -167,7 +172,7 @@ class Lane final : public QueuePairListener {
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O
   std::vector<PathView> views_;
   SelectorState selector_state_;
-  std::vector<Attempt> attempts_;
+  NodeArray<Attempt> attempts_;  // allocated on the lane's thread, after pinning
   Attempt* free_ = nullptr;
   VolumeIo* backlog_head_ = nullptr;
   VolumeIo* backlog_tail_ = nullptr;
@@ -192,6 +197,12 @@ class VolumeImpl {
   uint32_t attempts_per_io() const noexcept { return opts_.max_attempts; }
   uint64_t no_path_timeout_ns() const noexcept;
   Lane* lane_for_submit() noexcept;
+  /// The lane for a submission from a thread that is not a lane: one on the caller's node
+  /// (round-robin among them), else any (round-robin). Read-only tables after open.
+  Lane* lane_for_caller() noexcept;
+  /// Computes placement_ (before the lanes exist) and, once they do, the lanes per node.
+  void plan_placement();
+  void index_lanes();
 
   VolumeOptions opts_;
   ControlPlane cp_;
@@ -205,6 +216,10 @@ class VolumeImpl {
   std::atomic<uint64_t> failed_{0};
   std::atomic<bool> accepting_{false};
   std::atomic<uint32_t> next_lane_{0};
+  // Written once by open() before any lane starts or any submit is accepted; read-only after.
+  Topology topology_;
+  Placement placement_;
+  std::vector<std::vector<Lane*>> node_lanes_;  // indexed by node id
   uint64_t open_ns_ = 0;
 
   mutable std::mutex timeline_mu_;  // guards timeline_ (rare: once per failover per lane)

@@ -139,3 +139,25 @@ ctrl_reset() {
     echo 1 >"/sys/class/nvme/$1/reset_controller" || return 1
     wait_ctrl_state "$1" live 10
 }
+
+# numa_setup: under vm_run.sh --numa, gives eth0 (node 0) and eth1 (node 1) an address each and
+# adds an nvmet TCP port on each: $NUMA_PORT0 at $NUMA_ADDR0 and $NUMA_PORT1 at $NUMA_ADDR1.
+# NUMA_IF0 / NUMA_IF1 name the interfaces.
+NUMA_IF0=eth0 NUMA_IF1=eth1
+NUMA_PORT0=10 NUMA_PORT1=11
+NUMA_ADDR0=10.0.2.15:4430 NUMA_ADDR1=10.0.3.15:4431
+export NUMA_IF0 NUMA_IF1 NUMA_PORT0 NUMA_PORT1 NUMA_ADDR0 NUMA_ADDR1
+numa_setup() {
+    [ -d /sys/class/net/$NUMA_IF1 ] || { echo "numa_setup: no $NUMA_IF1 (vm_run.sh --numa?)" >&2; return 77; }
+    for _i in 0 1; do
+        eval _if=\$NUMA_IF$_i _addr=\$NUMA_ADDR$_i _port=\$NUMA_PORT$_i
+        $IP link set "$_if" up || return 1
+        $IP addr add "${_addr%:*}/24" dev "$_if" || return 1
+        mkdir "$NVMET/ports/$_port" &&
+            echo tcp >"$NVMET/ports/$_port/addr_trtype" &&
+            echo ipv4 >"$NVMET/ports/$_port/addr_adrfam" &&
+            echo "${_addr%:*}" >"$NVMET/ports/$_port/addr_traddr" &&
+            echo "${_addr#*:}" >"$NVMET/ports/$_port/addr_trsvcid" &&
+            nvmet_port_add "$_port" || return 1
+    done
+}

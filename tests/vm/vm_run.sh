@@ -102,20 +102,28 @@ qemu=(qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 2G -smp 2
       -nographic -no-reboot
       -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img"
       -append "console=ttyS0 panic=1 quiet nvmeof.mp=$mp nvmeof.timeout=$guest_limit"
-      -netdev user,id=n0 -device virtio-net-pci,netdev=n0,bus=pcie.0,romfile=
+      -netdev user,id=n0
       -fsdev "local,id=fsctl,path=$ctl,security_model=none"
       -device virtio-9p-pci,fsdev=fsctl,mount_tag=ctl,bus=pcie.0
       "${fsdevs[@]}")
 if ((numa)); then
     # Devices given after the pxb without bus= land on it and fail: these
-    # come last.
+    # come last. Each NIC sits behind a pxb of its own node (eth0 on node 0,
+    # eth1 on node 1); a NIC on pcie.0 would report no node (-1). The guest
+    # names the NICs in the reverse order of their pxbs here, hence node 1
+    # first.
     qemu+=(-object memory-backend-ram,id=m0,size=1G
            -object memory-backend-ram,id=m1,size=1G
            -numa node,nodeid=0,cpus=0,memdev=m0
            -numa node,nodeid=1,cpus=1,memdev=m1
-           -device pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0
+           -device pxb-pcie,id=pxb1,bus_nr=64,numa_node=1,bus=pcie.0
            -device pcie-root-port,id=rp1,bus=pxb1,chassis=1
-           -netdev user,id=n1 -device virtio-net-pci,netdev=n1,bus=rp1,romfile=)
+           -netdev user,id=n1 -device virtio-net-pci,netdev=n1,bus=rp1,romfile=
+           -device pxb-pcie,id=pxb0,bus_nr=128,numa_node=0,bus=pcie.0
+           -device pcie-root-port,id=rp0,bus=pxb0,chassis=2
+           -device virtio-net-pci,netdev=n0,bus=rp0,romfile=)
+else
+    qemu+=(-device virtio-net-pci,netdev=n0,bus=pcie.0,romfile=)
 fi
 
 say "booting: $(basename "$payload") $*; multipath=$mp$( ((numa)) && echo ", two NUMA nodes"); limit ${limit}s"

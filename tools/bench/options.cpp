@@ -158,13 +158,27 @@ ParsedArgs parse_args(int argc, char** argv) {
       ->check(CLI::IsMember(keys(selector_names)));
   app.add_option("--digest", digest, "NVMe/TCP digests")->check(CLI::IsMember(keys(digest_names)));
   app.add_option("--reactors", o.reactors, "data-plane threads")->check(CLI::Range(1u, 64u));
+  std::string placement = "numa", cpus;
+  app.add_option("--placement", placement,
+                 "numa: reactors pinned, memory on their node, paths by distance; unpinned: none")
+      ->check(CLI::IsMember({"numa", "unpinned"}));
+  app.add_option("--cpus", cpus, "CPU list for the reactors (e.g. 0-3,8)")
+      ->check(CLI::Validator(
+          [](std::string& s) { return parse_cpulist(s) ? std::string{} : "not a CPU list: " + s; },
+          "CPULIST"));
+  app.add_option("--memory-node", o.memory_node,
+                 "put every reactor's memory and the I/O buffers on this node")
+      ->check(CLI::Range(0, 1023));
+  app.add_option("--host-iface", o.host_ifaces, "interface to bind each --target to (in order)")
+      ->needs(target);
   app.add_option("--io-deadline", io_deadline,
-                 "command deadline that makes a path suspect (0: from its latency, at most 25ms)")
+                 "per-command deadline (0: derived from latency; raise it under valgrind or TCG)")
       ->check(duration_check);
   app.add_option("--fence-bound", fence_bound,
                  "wait before writes leave a dead path when the target reports no CQT "
                  "(0: the keep-alive timeout)")
       ->check(duration_check);
+  app.add_flag("--show-placement", o.show_placement, "print the placement plan");
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
   auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
@@ -185,12 +199,16 @@ ParsedArgs parse_args(int argc, char** argv) {
       throw CLI::RequiredError("--target or --embedded");
     if (const auto b = parse_size(bs); b && *b > (16u << 20))
       throw CLI::ValidationError("--bs", "at most 16m");
+    if (o.host_ifaces.size() > o.targets.size())
+      throw CLI::ValidationError("--host-iface", "at most one per --target");
     if (o.has_fault() && static_cast<unsigned>(o.fail_path) >= o.paths)
       throw CLI::ValidationError("--fail-path", "must be below --paths");
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return {std::nullopt, rc == 0 ? 0 : 2};
   }
+  o.placement = placement == "numa" ? PlacementMode::numa : PlacementMode::unpinned;
+  if (!cpus.empty()) o.cpus = *parse_cpulist(cpus);
   o.rw = rw_names.at(rw);
   o.selector = selector_names.at(selector);
   o.digest = digest_names.at(digest);

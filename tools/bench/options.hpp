@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nvmeof/controller.hpp"
+#include "nvmeof/topology.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::bench {
@@ -42,7 +43,12 @@ struct BenchOptions {
   SelectorKind selector = SelectorKind::service_time;
   Digest digest = Digest::none;
   unsigned reactors = 1;
-  std::chrono::nanoseconds io_deadline{0};  ///< 0: derived from each path's latency
+  PlacementMode placement = PlacementMode::numa;
+  std::vector<int> cpus;                ///< reactor CPUs (--cpus); empty: the plan chooses
+  int memory_node = -1;                 ///< every reactor's memory and the buffers on this node
+  std::vector<std::string> host_ifaces; ///< per --target, the interface to bind to
+  bool show_placement = false;
+  std::chrono::nanoseconds io_deadline{0};  ///< per-command deadline; 0: the volume's default
   std::chrono::nanoseconds fence_bound{0};  ///< 0: the target's CQT, else the keep-alive timeout
   bool verify = true;
   bool json = false;

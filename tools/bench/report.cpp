@@ -145,6 +145,8 @@ nlohmann::json to_json(const BenchReport& r) {
   } catch (const json::exception&) {
     volume = r.volume_json;
   }
+  json placement = nullptr;
+  if (!r.placement_json.empty()) placement = json::parse(r.placement_json, nullptr, false);
 
   char run_id[24];
   std::snprintf(run_id, sizeof run_id, "%016" PRIx64, r.run_id);
@@ -198,6 +200,7 @@ nlohmann::json to_json(const BenchReport& r) {
         {"longest_gap_ms", ns_to_ms(static_cast<double>(r.timed.max_gap_after_fault_ns))},
         {"timeline", timeline}}},
       {"volume", volume},
+      {"placement", placement},
       {"ok", r.exit_code() == 0}};
 }
 

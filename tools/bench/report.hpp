@@ -46,6 +46,7 @@ struct BenchReport {
   std::vector<PathReport> paths;
   FaultReport fault;
   std::string volume_json;         ///< the volume's own stats at the end
+  std::string placement_json;      ///< the volume's placement plan
   bool drained = true;             ///< false: I/O still in flight when the bench gave up waiting
 
   uint64_t errors() const noexcept { return prefill.errors + timed.errors + final_check.errors; }

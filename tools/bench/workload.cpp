@@ -30,9 +30,6 @@ struct SlotStats {
   size_t n_examples = 0;
 };
 
-struct AlignedFree {
-  void operator()(uint8_t* p) const noexcept { std::free(p); }
-};
 
 }  // namespace
 
@@ -55,7 +52,9 @@ struct Workload::Slot {
   VolumeIo io;
   Workload* owner = nullptr;
   unsigned index = 0;
-  std::unique_ptr<uint8_t, AlignedFree> buf;
+  detail::NodeBuffer buf;
+  uint8_t* data() const noexcept { return static_cast<uint8_t*>(buf.data()); }
+  int reactor = -1;         ///< the reactor it is submitted to; -1: the volume chooses
   uint64_t first_unit = 0;  ///< of the I/O in flight
   uint32_t n_units = 0;
   uint32_t seq = 0;         ///< of the write in flight
@@ -85,11 +84,11 @@ Workload::Workload(Volume& volume, const WorkloadConfig& config)
     auto s = std::make_unique<Slot>();
     s->owner = this;
     s->index = i;
-    s->buf.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, buf_bytes)));
-    if (!s->buf) throw std::bad_alloc();
+    if (!cfg_.reactor_nodes.empty()) s->reactor = static_cast<int>(i % cfg_.reactor_nodes.size());
+    s->buf = detail::NodeBuffer(buf_bytes, s->reactor >= 0 ? cfg_.reactor_nodes[static_cast<size_t>(s->reactor)] : -1);
     // Without verification the content does not matter; fill it once so writes are not zeros.
     for (size_t off = 0; off + cfg_.block_size <= buf_bytes; off += cfg_.block_size)
-      fill_block(s->buf.get() + off, cfg_.block_size, off / cfg_.block_size, 0, cfg_.run_id);
+      fill_block(s->data() + off, cfg_.block_size, off / cfg_.block_size, 0, cfg_.run_id);
     s->rng = mix64(cfg_.seed * 0x100000001b3ull + i) | 1;
     s->owned_units = (cfg_.units - i + cfg_.iodepth - 1) / cfg_.iodepth;
     slots_.push_back(std::move(s));
@@ -178,7 +177,7 @@ void Workload::fill(Slot& s) noexcept {
     for (uint32_t b = 0; b < cfg_.unit_blocks; ++b) {
       const uint64_t lba = (s.first_unit + u) * cfg_.unit_blocks + b;
       const size_t off = (size_t{u} * cfg_.unit_blocks + b) * cfg_.block_size;
-      fill_block(s.buf.get() + off, cfg_.block_size, lba, s.seq, cfg_.run_id);
+      fill_block(s.data() + off, cfg_.block_size, lba, s.seq, cfg_.run_id);
     }
   }
 }
@@ -188,11 +187,11 @@ void Workload::issue(Slot& s) noexcept {
   s.io.op = s.op;
   s.io.slba = s.first_unit * cfg_.unit_blocks;
   s.io.nlb = s.n_units * cfg_.unit_blocks;
-  s.io.buf = s.buf.get();
+  s.io.buf = s.data();
   s.io.done = &Workload::on_complete;
   s.io.user = &s;
   s.submit_ns = monotonic_ns();
-  const int rc = volume_.submit(s.io);
+  const int rc = s.reactor >= 0 ? volume_.submit(s.io, static_cast<unsigned>(s.reactor)) : volume_.submit(s.io);
   if (rc == 0) return;
   if (rc == -EAGAIN) {
     s.parked.store(true, std::memory_order_release);
@@ -258,7 +257,7 @@ void Workload::verify(Slot& s) noexcept {
       const uint64_t lba = (s.first_unit + u) * cfg_.unit_blocks + b;
       const size_t off = (size_t{u} * cfg_.unit_blocks + b) * cfg_.block_size;
       Stamp found;
-      const BlockCheck c = check_block(s.buf.get() + off, cfg_.block_size, found);
+      const BlockCheck c = check_block(s.data() + off, cfg_.block_size, found);
       ++st.verified_blocks;
       if (c == BlockCheck::ok && found.lba == lba && found.run_id == cfg_.run_id &&
           found.seq >= state.acked && found.seq <= high)

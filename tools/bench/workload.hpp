@@ -22,6 +22,7 @@
 #include "bench/options.hpp"
 #include "bench/stamp.hpp"
 #include "core/histogram.hpp"
+#include "core/node_memory.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::bench {
@@ -39,6 +40,9 @@ struct WorkloadConfig {
   /// I/O size of the prefill and final check. Kept small: set-up is not what is measured, and
   /// iodepth x 128 KiB writes outlast the volume's per-command deadline on a loaded host.
   uint32_t sweep_bytes = 32u << 10;
+  /// Per reactor, the node its slots' buffers go on (-1: wherever). Slot i is submitted to
+  /// reactor i % size; empty: the volume routes every submission itself.
+  std::vector<int> reactor_nodes;
 };
 
 enum class Phase : uint8_t { prefill, timed, final_check };

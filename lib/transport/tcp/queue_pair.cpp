@@ -73,7 +73,7 @@ struct QueuePair::IoCore {
   bool recv_armed = false;
   bool send_active = false;     // a batch is being sent
   bool send_in_kernel = false;  // its SENDMSG is in flight
-  std::unique_ptr<uint8_t[]> rbuf;
+  nvmeof::detail::NodeBuffer rbuf;
   uint32_t rbuf_len = 0;
   msghdr msg{};
   iovec iov[kMaxIov];
@@ -129,7 +129,9 @@ QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Sessio
   send_neg_ = Negotiated{s.hdgst, s.ddgst, s.cpda};
   reader_.set_negotiated(Negotiated{s.hdgst, s.ddgst, 0});
   reader_.set_max_data(std::max<uint32_t>(max_transfer_, 4096));
-  slots_ = std::make_unique<Slot[]>(cfg.depth);
+  // The pair is created on the thread that will drive it (a pinned reactor): its slots and
+  // staging buffer go on that thread's memory node.
+  slots_ = nvmeof::detail::NodeArray<Slot>(cfg.depth, nvmeof::detail::thread_memory_node());
   free_ = std::make_unique<uint16_t[]>(cfg.depth);
   for (uint32_t i = 0; i < cfg.depth; ++i) free_[i] = static_cast<uint16_t>(cfg.depth - 1 - i);
   free_top_ = cfg.depth;
@@ -137,7 +139,7 @@ QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Sessio
   core_->qp = this;
   core_->fd = fd;
   core_->rbuf_len = cfg.recv_buffer;
-  core_->rbuf = std::make_unique<uint8_t[]>(cfg.recv_buffer);
+  core_->rbuf = nvmeof::detail::NodeBuffer(cfg.recv_buffer, nvmeof::detail::thread_memory_node());
   core_->recv_h.core = core_;
   core_->send_h.core = core_;
   core_->recv_h.fn = [](IoHandler* h, const io_uring_cqe& cqe) noexcept {
@@ -390,7 +392,7 @@ void QueuePair::arm_recv() noexcept {
   if (c.recv_armed || state_ != QpState::live) return;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return;  // flush() retries on the next turn
-  io_uring_prep_recv(sqe, c.fd, c.rbuf.get(), c.rbuf_len, 0);
+  io_uring_prep_recv(sqe, c.fd, static_cast<uint8_t*>(c.rbuf.data()), c.rbuf_len, 0);
   io_uring_sqe_set_data(sqe, &c.recv_h);
   c.recv_armed = true;
   ++c.inflight;
@@ -416,7 +418,7 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
   RecvSink sink{*this};
   fail_detail_ = nullptr;
   Errc err = Errc::ok;
-  reader_.consume(c.rbuf.get(), static_cast<size_t>(cqe.res), sink, err);
+  reader_.consume(static_cast<uint8_t*>(c.rbuf.data()), static_cast<size_t>(cqe.res), sink, err);
   if (state_ != QpState::live) {
     // A completion callback closed the pair, or a handler failed it.
     if (c.inflight == 0) finish_teardown();

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "core/node_memory.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/queue_pair.hpp"
 #include "nvmeof/reactor.hpp"
@@ -164,7 +165,7 @@ class QueuePair final : public nvmeof::QueuePair {
   PduReader reader_;
   const char* fail_detail_ = "";
 
-  std::unique_ptr<Slot[]> slots_;
+  nvmeof::detail::NodeArray<Slot> slots_;  // on the creating thread's memory node
   std::unique_ptr<uint16_t[]> free_;
   uint32_t free_top_ = 0;
   uint16_t sendq_head_;
