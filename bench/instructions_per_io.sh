@@ -46,7 +46,12 @@ import os, sys, time
 pid, window = sys.argv[1], float(sys.argv[2])
 def sample():
     out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # the bench is gone; its own exit status tells why
+        print(0, 0)
+        sys.exit(0)
+    for tid in tids:
         try:
             f = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
             out[tid] = (int(f[11]), int(f[12]))  # utime, stime
@@ -61,7 +66,11 @@ PY
   ppid=$!
   perf stat --per-thread -e task-clock -p "$bpid" -x, -- sleep "$window" 2>"$out/perf.csv" || true
   wait "$ppid" || true
-  wait "$bpid" || true
+  if ! wait "$bpid"; then
+    echo "instructions_per_io: nvmeof-bench with $n paths failed:" >&2
+    cat "$out/bench.err" >&2
+    exit 1
+  fi
   # The reactor is the busiest thread of the bench (the others sleep or wait on sockets).
   ms=$(sort -t, -k2 -g -r "$out/perf.csv" | head -n 1 | cut -d, -f2)
   iops=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["total"]["iops"])' "$out/bench.json")
