@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "transport/rdma/queue_pair.hpp"
 
@@ -141,7 +142,7 @@ Resources::~Resources() {
   if (pd) ibv_dealloc_pd(pd);
   if (id) rdma_destroy_id(id);
   if (cm_channel) rdma_destroy_event_channel(cm_channel);
-  if (region) ::munmap(region, region_len);
+  // region_mem unmaps itself, after the MR above is gone.
 }
 
 void Resources::destroy_qp() noexcept {
@@ -219,9 +220,14 @@ Result<void> resolve_and_create(Resources& r, const QpConfig& cfg, const Layout&
   qa.sq_sig_all = 0;
   if (rdma_create_qp(r.id, r.pd, &qa) != 0) return errno_logged(label, errno, "rdma_create_qp");
 
-  void* mem = ::mmap(nullptr, l.total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return errno_logged(label, errno, "mmap of the registered region");
-  r.region = static_cast<uint8_t*>(mem);
+  // On the memory node of the thread that creates the pair: a lane's reactor, pinned to its
+  // node, so the device's DMA and the copies land in node-local memory.
+  try {
+    r.region_mem = nvmeof::detail::NodeBuffer(l.total, nvmeof::detail::thread_memory_node());
+  } catch (const std::bad_alloc&) {
+    return errno_logged(label, ENOMEM, "mmap of the registered region");
+  }
+  r.region = static_cast<uint8_t*>(r.region_mem.data());
   r.region_len = l.total;
   r.mr = ibv_reg_mr(r.pd, r.region, r.region_len,
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);

@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 
+#include "core/node_memory.hpp"
 #include "nvmeof/queue_pair.hpp"
 #include "nvmeof/reactor.hpp"
 #include "transport/rdma/buddy_pool.hpp"
@@ -71,6 +72,8 @@ struct Resources {
   ibv_comp_channel* comp = nullptr;
   ibv_cq* cq = nullptr;
   ibv_mr* mr = nullptr;
+  /// The registered region, on the creating thread's memory node (a lane's reactor node).
+  nvmeof::detail::NodeBuffer region_mem;
   uint8_t* region = nullptr;
   size_t region_len = 0;
   unsigned unacked_cq_events = 0;
