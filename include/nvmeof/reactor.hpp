@@ -8,6 +8,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
@@ -50,6 +51,12 @@ struct ReactorOptions {
   unsigned ring_entries = 1024;   ///< SQ size; CQ is twice that
   unsigned post_capacity = 4096;  ///< MPSC ring slots for post() (rounded up to a power of two)
   CompletionNotify notify = CompletionNotify::none;
+  /// 128-byte SQEs and 32-byte CQEs (IORING_SETUP_SQE128 | CQE32, Linux 5.19+), so that io_uring
+  /// passthrough queue pairs (NVMe commands on /dev/ngXnY) share this ring instead of each
+  /// keeping a ring of its own. Also drops COOP_TASKRUN: passthrough completions arrive as task
+  /// work, which only the default notification delivers to a thread asleep in the ring. When
+  /// the kernel refuses, the reactor comes up without (big_entries() tells).
+  bool big_entries = false;
 };
 
 class Reactor {
@@ -70,6 +77,19 @@ class Reactor {
   io_uring* ring() noexcept;
   /// IORING_FEAT_* bits the kernel reported.
   uint32_t features() const noexcept;
+  /// True when the ring has 128-byte SQEs and 32-byte CQEs (ReactorOptions::big_entries).
+  bool big_entries() const noexcept;
+  /// Registers `fd` in the ring's file table (created sparse on first use) and returns its
+  /// index for IOSQE_FIXED_FILE. Owning thread (or before the reactor runs). Errors: errno codes
+  /// from io_uring_register (ENFILE when the table is full).
+  Result<unsigned> register_file(int fd) noexcept;
+  /// Frees a slot of register_file() (nothing may still use it).
+  void unregister_file(unsigned index) noexcept;
+  /// Registers `buf` in the ring's buffer table (created sparse on first use) and returns its
+  /// index for fixed-buffer commands. Errors: errno codes from io_uring_register.
+  Result<unsigned> register_buffer(const iovec& buf) noexcept;
+  /// Frees a slot of register_buffer() (no command may still use it).
+  void unregister_buffer(unsigned index) noexcept;
   /// The eventfd of CompletionNotify::eventfd (readable when completions are pending; read it to
   /// reset it), or -1.
   int notify_fd() const noexcept;

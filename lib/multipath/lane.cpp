@@ -63,7 +63,10 @@ Result<void> Lane::start() {
   thread_ = std::thread([this, &ready] {
     tls_lane = this;
     place_thread();
-    auto r = Reactor::create();
+    // Kernel paths' passthrough commands share the lane's ring when it has big entries.
+    ReactorOptions ro;
+    for (const auto& sp : vol_.paths_) ro.big_entries |= sp->addr.transport == Transport::passthrough;
+    auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());
       return;

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,10 @@ struct Reactor::Impl {
   bool ring_ok = false;
   uint32_t features = 0;
   unsigned setup_flags = 0;
+  // Sparse file and buffer tables (register_file, register_buffer), made on first use.
+  static constexpr unsigned kTableSlots = 256;
+  std::vector<bool> files_used;
+  std::vector<bool> bufs_used;
 
   // Post ring.
   struct PostSlot {
@@ -129,9 +135,14 @@ struct Reactor::Impl {
     io_uring_cqe* cqe = nullptr;
     // One CQE at a time, advancing before dispatch, so a handler that re-enters poll() never
     // sees the same completion twice.
+    const size_t cqe_bytes = (setup_flags & IORING_SETUP_CQE32) ? 32 : sizeof(io_uring_cqe);
     while (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe) {
-      const io_uring_cqe copy = *cqe;
+      // Room for a 32-byte entry: passthrough completions carry DW0/DW1 in big_cqe[0]. memcpy
+      // into the buffer creates the (trivially copyable) entry there.
+      alignas(io_uring_cqe) unsigned char raw[32];
+      std::memcpy(raw, cqe, cqe_bytes);
       io_uring_cqe_seen(&ring, cqe);
+      const io_uring_cqe& copy = *std::launder(reinterpret_cast<const io_uring_cqe*>(raw));
       if (copy.user_data == 0 || copy.user_data == LIBURING_UDATA_TIMEOUT) continue;
       auto* h = reinterpret_cast<IoHandler*>(static_cast<uintptr_t>(copy.user_data));
       h->fn(h, copy);
@@ -202,9 +213,10 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& opts) {
 
   // Preferred flags first; drop the optional ones one by one on older kernels (EINVAL).
   const unsigned base = IORING_SETUP_CQSIZE;
-  unsigned candidates[3];
+  unsigned candidates[4];
   unsigned ncand = 0;
-  if (opts.notify == CompletionNotify::none)
+  if (opts.big_entries) candidates[ncand++] = base | IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
+  if (opts.notify == CompletionNotify::none && !opts.big_entries)
     candidates[ncand++] = base | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   candidates[ncand++] = base;
   candidates[ncand++] = 0;
@@ -265,6 +277,62 @@ io_uring_sqe* Reactor::get_sqe() noexcept {
 }
 
 io_uring* Reactor::ring() noexcept { return &impl_->ring; }
+bool Reactor::big_entries() const noexcept {
+  return (impl_->setup_flags & (IORING_SETUP_SQE128 | IORING_SETUP_CQE32)) ==
+         (IORING_SETUP_SQE128 | IORING_SETUP_CQE32);
+}
+
+Result<unsigned> Reactor::register_file(int fd) noexcept {
+  Impl& im = *impl_;
+  if (im.files_used.empty()) {
+    const int r = io_uring_register_files_sparse(&im.ring, Impl::kTableSlots);
+    if (r < 0) return errno_code(-r);
+    im.files_used.assign(Impl::kTableSlots, false);
+  }
+  for (unsigned i = 0; i < im.files_used.size(); ++i) {
+    if (im.files_used[i]) continue;
+    const int r = io_uring_register_files_update(&im.ring, i, &fd, 1);
+    if (r < 0) return errno_code(-r);
+    im.files_used[i] = true;
+    return i;
+  }
+  return errno_code(ENFILE);
+}
+
+void Reactor::unregister_file(unsigned index) noexcept {
+  Impl& im = *impl_;
+  if (index >= im.files_used.size() || !im.files_used[index]) return;
+  int none = -1;
+  (void)io_uring_register_files_update(&im.ring, index, &none, 1);
+  im.files_used[index] = false;
+}
+
+Result<unsigned> Reactor::register_buffer(const iovec& buf) noexcept {
+  Impl& im = *impl_;
+  if (im.bufs_used.empty()) {
+    const int r = io_uring_register_buffers_sparse(&im.ring, Impl::kTableSlots);
+    if (r < 0) return errno_code(-r);
+    im.bufs_used.assign(Impl::kTableSlots, false);
+  }
+  for (unsigned i = 0; i < im.bufs_used.size(); ++i) {
+    if (im.bufs_used[i]) continue;
+    const __u64 tag = 0;
+    const int r = io_uring_register_buffers_update_tag(&im.ring, i, &buf, &tag, 1);
+    if (r < 0) return errno_code(-r);
+    im.bufs_used[i] = true;
+    return i;
+  }
+  return errno_code(ENOBUFS);
+}
+
+void Reactor::unregister_buffer(unsigned index) noexcept {
+  Impl& im = *impl_;
+  if (index >= im.bufs_used.size() || !im.bufs_used[index]) return;
+  const iovec none{nullptr, 0};
+  const __u64 tag = 0;
+  (void)io_uring_register_buffers_update_tag(&im.ring, index, &none, &tag, 1);
+  im.bufs_used[index] = false;
+}
 uint32_t Reactor::features() const noexcept { return impl_->features; }
 int Reactor::notify_fd() const noexcept { return impl_->notify_fd; }
 

@@ -157,7 +157,11 @@ int run_batch(Reactor& reactor, uring::QueuePair& qp, uint8_t op, uint64_t base,
 
 int cmd_data(const std::vector<std::string>& devs) {
   if (devs.size() < 2) return fail("data needs two or more paths");
-  auto reactor = Reactor::create();
+  // One ring per reactor: every pair's commands on the reactor's own (big-entry) ring. The loss
+  // and randread modes keep the default reactor, so the pairs' own rings are covered too.
+  nvmeof::ReactorOptions ro;
+  ro.big_entries = true;
+  auto reactor = Reactor::create(ro);
   if (!reactor) return fail("reactor");
   constexpr size_t kBufBytes = 32u << 17;
   Buffer wbuf = page_buffer(kBufBytes);
@@ -173,8 +177,10 @@ int cmd_data(const std::vector<std::string>& devs) {
     auto qp = uring::QueuePair::open(**reactor, cfg);
     if (!qp) return fail(("open " + d).c_str());
     (*qp)->start();
-    std::printf("path %s: nsid %u max_transfer %u polled %d registered buffers %zu\n", d.c_str(),
-                (*qp)->nsid(), (*qp)->max_transfer(), (*qp)->polled() ? 1 : 0, cfg.buffers.size());
+    std::printf("path %s: nsid %u max_transfer %u polled %d registered buffers %zu shared ring %d\n",
+                d.c_str(), (*qp)->nsid(), (*qp)->max_transfer(), (*qp)->polled() ? 1 : 0,
+                cfg.buffers.size(), (*qp)->shared_ring() ? 1 : 0);
+    if (!(*qp)->shared_ring()) return fail("the pair did not join the reactor's big-entry ring");
     paths.push_back({d, std::move(*qp)});
   }
   auto admin = uring::AdminDevice::open(ctrl_of(devs[0]));

@@ -99,9 +99,28 @@ struct QueuePair::Core {
   bool wake_armed = false;  // an eventfd read is pending on the reactor's ring
   bool polled = false;      // IORING_SETUP_IOPOLL: completions come only from polling
   uint32_t inflight = 0;    // requests handed to the ring (queued or in the kernel)
-  std::vector<iovec> bufs;  // registered with the ring, index = buf_index
+  std::vector<iovec> bufs;  // registered buffers; buf_ids[i] is bufs[i]'s table index
+  std::vector<unsigned> buf_ids;
+
+  // Shared mode: commands go on the reactor's own ring (big entries). Each command in flight
+  // holds a slot, the IoHandler its completion is dispatched to.
+  struct Slot : IoHandler {
+    Core* core = nullptr;
+    IoRequest* req = nullptr;
+    bool fixed = false;
+    Slot* next_free = nullptr;
+  };
+  bool shared = false;
+  unsigned file_id = 0;  // the device in the ring's file table
+  std::unique_ptr<Slot[]> slots;
+  uint32_t nslots = 0;
+  Slot* free_slots = nullptr;
 
   ~Core() {
+    if (shared) {
+      reactor->unregister_file(file_id);
+      for (unsigned b : buf_ids) reactor->unregister_buffer(b);
+    }
     if (ring_ok) io_uring_queue_exit(&ring);
     if (efd >= 0) ::close(efd);
     if (fd >= 0) ::close(fd);
@@ -157,12 +176,45 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
     return errno_code(e);
   }
 
+  core->polled = cfg.iopoll && has_poll_queues(cfg.device, cfg.sysfs_root);
+  const uint32_t max = cfg.max_transfer ? cfg.max_transfer : transfer_limit(cfg.device, cfg.sysfs_root);
+  if (reactor.big_entries() && !core->polled) {
+    // One ring per reactor: the device joins the reactor's file table.
+    auto f = reactor.register_file(core->fd);
+    if (!f) {
+      std::fprintf(stderr, "nvmeof: %s: register file: %s\n", label.c_str(), f.error().message().c_str());
+      return f.error();
+    }
+    core->shared = true;
+    core->file_id = *f;
+    for (const iovec& b : cfg.buffers) {
+      auto id = reactor.register_buffer(b);
+      if (!id) {
+        std::fprintf(stderr, "nvmeof: %s: register buffer: %s (continuing without)\n", label.c_str(),
+                     id.error().message().c_str());
+        break;
+      }
+      core->bufs.push_back(b);
+      core->buf_ids.push_back(*id);
+    }
+    core->nslots = cfg.depth;
+    core->slots = std::make_unique<Core::Slot[]>(cfg.depth);
+    for (uint32_t i = 0; i < cfg.depth; ++i) {
+      Core::Slot& sl = core->slots[i];
+      sl.core = core.get();
+      sl.fn = &QueuePair::on_shared_cqe;
+      sl.next_free = core->free_slots;
+      core->free_slots = &sl;
+    }
+    return std::unique_ptr<QueuePair>(
+        new QueuePair(reactor, cfg, core.release(), static_cast<uint32_t>(id), max));
+  }
+
   io_uring_params p{};
   // No COOP_TASKRUN here: passthrough completions arrive as task work, and only the default
   // notification interrupts a thread that sleeps on the reactor's ring.
   p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_CQSIZE;
   p.cq_entries = cfg.depth * 2;
-  core->polled = cfg.iopoll && has_poll_queues(cfg.device, cfg.sysfs_root);
   if (core->polled) p.flags |= IORING_SETUP_IOPOLL;
   int r = io_uring_queue_init_params(cfg.depth, &core->ring, &p);
   if (r < 0) {
@@ -184,6 +236,7 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
                    cfg.buffers.size(), std::strerror(-r));
     else
       core->bufs = cfg.buffers;
+    for (unsigned i = 0; i < core->bufs.size(); ++i) core->buf_ids.push_back(i);
   }
   // Blocking on purpose: io_uring fails a read of an O_NONBLOCK eventfd with EAGAIN.
   core->efd = ::eventfd(0, EFD_CLOEXEC);
@@ -201,7 +254,6 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
     if (!c->qp) c->orphan_step();
   };
 
-  const uint32_t max = cfg.max_transfer ? cfg.max_transfer : transfer_limit(cfg.device, cfg.sysfs_root);
   return std::unique_ptr<QueuePair>(
       new QueuePair(reactor, cfg, core.release(), static_cast<uint32_t>(id), max));
 }
@@ -236,6 +288,16 @@ QueuePair::~QueuePair() {
   Core* c = core_;
   core_ = nullptr;
   c->qp = nullptr;
+  if (c->shared) {
+    if (c->inflight > 0) {
+      // The slots stay until the last completion; its handler frees the core.
+      std::fprintf(stderr, "nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
+                   label_.c_str(), c->inflight);
+      return;
+    }
+    delete c;
+    return;
+  }
   if (c->inflight > 0) {
     std::fprintf(stderr, "nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
                  label_.c_str(), c->inflight);
@@ -257,9 +319,12 @@ QueuePair::~QueuePair() {
 void QueuePair::start() noexcept {
   if (state_ != QpState::connecting) return;
   state_ = QpState::live;
+  if (core_->shared) return;  // the reactor's own turn submits and reaps
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
 }
+
+bool QueuePair::shared_ring() const noexcept { return core_ && core_->shared; }
 
 uint32_t QueuePair::outstanding() const noexcept { return core_ ? core_->inflight : 0; }
 
@@ -273,25 +338,70 @@ int QueuePair::submit(IoRequest& req) noexcept {
   }
   Core& c = *core_;
   if (c.inflight >= cfg_.depth) [[unlikely]] return -EAGAIN;
+  if (c.shared) {
+    Core::Slot* sl = c.free_slots;
+    if (!sl) [[unlikely]] return -EAGAIN;
+    io_uring_sqe* sqe = reactor_.get_sqe();
+    if (!sqe) [[unlikely]] return -EAGAIN;
+    c.free_slots = sl->next_free;
+    req.cmd.cid = next_cid_++;
+    req.submit_ns = reactor_.now_ns();
+    sl->req = &req;
+    sl->fixed = prep_sqe(sqe, req, use_fixed_);
+    sqe->user_data = reinterpret_cast<uintptr_t>(static_cast<IoHandler*>(sl));
+    ++c.inflight;
+    return 0;
+  }
   io_uring_sqe* sqe = io_uring_get_sqe(&c.ring);
   if (!sqe) [[unlikely]] return -EAGAIN;
 
   req.cmd.cid = next_cid_++;
   req.submit_ns = reactor_.now_ns();
-  prep_sqe(sqe, req, use_fixed_);
+  const bool fixed = prep_sqe(sqe, req, use_fixed_);
+  sqe->user_data = reinterpret_cast<uintptr_t>(&req) | (fixed ? 1 : 0);
   ++c.inflight;
   return 0;
 }
 
+// A completion on the reactor's ring (shared mode).
+void QueuePair::on_shared_cqe(IoHandler* h, const io_uring_cqe& cqe) noexcept {
+  auto* sl = static_cast<Core::Slot*>(h);
+  Core* c = sl->core;
+  --c->inflight;
+  IoRequest* req = sl->req;
+  QueuePair* qp = c->qp;
+  if (qp && sl->fixed && cqe.res == -EINVAL && qp->state_ == QpState::live) {
+    // The kernel refused the registered buffer (see reap()): send it again the ordinary way.
+    if (io_uring_sqe* sqe = qp->reactor_.get_sqe()) {
+      if (qp->use_fixed_)
+        std::fprintf(stderr, "nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
+                     qp->label_.c_str());
+      qp->use_fixed_ = false;
+      sl->fixed = qp->prep_sqe(sqe, *req, false);
+      sqe->user_data = reinterpret_cast<uintptr_t>(h);
+      ++c->inflight;
+      return;
+    }
+  }
+  sl->req = nullptr;
+  sl->next_free = c->free_slots;
+  c->free_slots = sl;
+  if (!qp) {  // orphaned: nobody waits for this command any more
+    if (c->inflight == 0) delete c;
+    return;
+  }
+  qp->on_completion(*req, cqe.res, cqe.big_cqe[0]);
+}
+
 // The user_data of a command that went with a registered buffer has its low bit set
 // (IoRequest is 8-byte aligned), so that its completion knows.
-void QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept {
+bool QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept {
   Core& c = *core_;
   const uint32_t len = req.data_len;
-  uint64_t tag = 0;
+  bool fixed = false;
   // prep_rw fills the first 64 bytes (off = 0 clears cmd_op's word); the command area past
   // them is left as the ring slot was, so it is cleared as a whole before the command goes in.
-  io_uring_prep_rw(IORING_OP_URING_CMD, sqe, 0, nullptr, 0, 0);
+  io_uring_prep_rw(IORING_OP_URING_CMD, sqe, static_cast<int>(c.file_id), nullptr, 0, 0);
   io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
   sqe->cmd_op = NVME_URING_CMD_IO;
   if (len && allow_fixed && !c.bufs.empty()) {
@@ -300,14 +410,13 @@ void QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) no
       const auto b = reinterpret_cast<uintptr_t>(c.bufs[i].iov_base);
       if (p >= b && p + len <= b + c.bufs[i].iov_len) {
         sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
-        sqe->buf_index = static_cast<uint16_t>(i);
+        sqe->buf_index = static_cast<uint16_t>(c.buf_ids[i]);
         ++fixed_submissions_;
-        tag = 1;
+        fixed = true;
         break;
       }
     }
   }
-  sqe->user_data = reinterpret_cast<uintptr_t>(&req) | tag;
   nvme_uring_cmd cmd{};
   cmd.opcode = req.cmd.opcode;
   cmd.flags = 0;
@@ -327,6 +436,7 @@ void QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) no
   uint8_t* area = reinterpret_cast<uint8_t*>(sqe) + offsetof(io_uring_sqe, cmd);
   std::memset(area, 0, kCmdArea);
   std::memcpy(area, &cmd, sizeof cmd);
+  return fixed;
 }
 
 void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
@@ -341,11 +451,17 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   // Commands queued this turn must not reach the device any more (a write after the path was
   // fenced would be exactly the stale write failover must prevent): they become NOPs, which
   // complete with kHostPathError like every other outstanding command.
+  // In shared mode the reactor's queue also holds others' entries: only ours (user_data in
+  // our slot array) change.
   Core& c = *core_;
-  const unsigned shift = (c.ring.flags & IORING_SETUP_SQE128) ? 1 : 0;
-  for (unsigned i = c.ring.sq.sqe_head; i != c.ring.sq.sqe_tail; ++i) {
-    io_uring_sqe* sqe = &c.ring.sq.sqes[(i & c.ring.sq.ring_mask) << shift];
+  io_uring& ring = c.shared ? *reactor_.ring() : c.ring;
+  const auto lo = reinterpret_cast<uintptr_t>(c.slots.get());
+  const auto hi = lo + sizeof(Core::Slot) * c.nslots;
+  const unsigned shift = (ring.flags & IORING_SETUP_SQE128) ? 1 : 0;
+  for (unsigned i = ring.sq.sqe_head; i != ring.sq.sqe_tail; ++i) {
+    io_uring_sqe* sqe = &ring.sq.sqes[(i & ring.sq.ring_mask) << shift];
     const uint64_t ud = sqe->user_data;
+    if (c.shared && (ud < lo || ud >= hi)) continue;
     io_uring_prep_nop(sqe);
     sqe->user_data = ud;
   }
@@ -399,6 +515,7 @@ int QueuePair::reap() noexcept {
                        label_.c_str());
         use_fixed_ = false;
         prep_sqe(sqe, *req, false);
+        sqe->user_data = reinterpret_cast<uintptr_t>(req);
         ++c.inflight;
         ++n;
         continue;

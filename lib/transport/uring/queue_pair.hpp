@@ -2,11 +2,15 @@
 // NVME_URING_CMD_IO) on the path's generic char device /dev/ngXnY. Any fabric the kernel host
 // speaks (TCP, RDMA, FC, PCIe) becomes a path of ours this way.
 //
-// A passthrough ring needs IORING_SETUP_SQE128 | IORING_SETUP_CQE32, which the reactor's ring
-// does not have, so each pair owns a small ring of its own. The reactor drives it: a poller
-// submits every command queued during the turn in one system call and reaps the pair's CQEs,
-// and a read of an eventfd registered on the pair's ring stays pending on the reactor's ring, so
-// a reactor blocked in poll() wakes when a passthrough completion arrives.
+// A passthrough ring needs IORING_SETUP_SQE128 | IORING_SETUP_CQE32. When the reactor's ring
+// has them (ReactorOptions::big_entries), every pair of the reactor puts its commands on that
+// one ring: the device sits in the reactor's file table, registered buffers in its buffer
+// table, and each completion is dispatched to the command's slot like any other. Otherwise each
+// pair owns a small ring of its own that the reactor drives: a poller submits every command
+// queued during the turn in one system call and reaps the pair's CQEs, and a read of an eventfd
+// registered on the pair's ring stays pending on the reactor's ring, so a reactor blocked in
+// poll() wakes when a passthrough completion arrives. (A polled pair, IOPOLL, always has its
+// own ring.)
 //
 // Completions: cqe->res >= 0 is the NVMe status (the 15-bit status field, passed through);
 // big_cqe[0] holds DW0 (low half) and DW1. A negative res is a transport error (-errno): the
@@ -21,7 +25,9 @@
 // SIGPIPE to SIG_IGN when it still has the default disposition (which would kill the process);
 // a program that installed its own handler keeps it.
 //
-// Threading: open() on any thread; everything else on the reactor's thread. Completion callbacks
+// Threading: open() on any thread when the pair gets its own ring, on the reactor's thread when
+// it shares the reactor's (it registers the device with that ring); everything else on the
+// reactor's thread. Completion callbacks
 // and the listener run inline on that thread; they may submit() and close(), but must not
 // destroy the pair.
 #pragma once
@@ -108,6 +114,10 @@ class QueuePair final : public nvmeof::QueuePair {
   uint32_t outstanding() const noexcept override;
   uint32_t max_transfer() const noexcept override { return max_transfer_; }
 
+  /// True when the pair's commands go on its reactor's own ring (the reactor was made with
+  /// ReactorOptions::big_entries): one ring per reactor. Otherwise the pair keeps a small ring
+  /// of its own that the reactor drives.
+  bool shared_ring() const noexcept;
   /// True when the pair polls for completions (IOPOLL).
   bool polled() const noexcept { return polled_; }
   /// Commands sent with a registered buffer (IORING_URING_CMD_FIXED) since the pair opened.
@@ -132,7 +142,9 @@ class QueuePair final : public nvmeof::QueuePair {
   static int poll_fn(void* self) noexcept;
   int turn() noexcept;
   int reap() noexcept;
-  void prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept;
+  /// Fills the command; true when it uses a registered buffer. The caller sets user_data.
+  bool prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept;
+  static void on_shared_cqe(IoHandler* h, const io_uring_cqe& cqe) noexcept;
   void on_completion(IoRequest& req, int res, uint64_t result) noexcept;
   void fail(std::error_code why, const char* detail) noexcept;
 
