@@ -86,24 +86,30 @@ struct NewPair {
   std::string label;
 };
 
+// The fields every fabric's queue pair configuration shares.
+template <class Config>
+void fill_fabric_config(Config& qc, const TransportAddress& addr, const ConnectOptions& o, PairParams& p) {
+  qc.traddr = addr.traddr;
+  qc.trsvcid = addr.trsvcid;
+  qc.qid = p.qid;
+  qc.depth = p.depth;
+  qc.kato_ms = p.kato_ms;
+  qc.cntlid = p.cntlid;
+  qc.subnqn = o.subnqn;
+  qc.hostnqn = o.hostnqn;
+  qc.hostid = o.hostid;
+  qc.in_capsule_data = p.in_capsule_data;
+  qc.max_transfer = p.max_transfer;
+  qc.connect_timeout = o.connect_timeout;
+  qc.on_destroy = std::move(p.on_destroy);
+}
+
 Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
                              PairParams p) {
   NewPair out;
   if (addr.transport == Transport::rdma) {
     rdma::QpConfig qc;
-    qc.traddr = addr.traddr;
-    qc.trsvcid = addr.trsvcid;
-    qc.qid = p.qid;
-    qc.depth = p.depth;
-    qc.kato_ms = p.kato_ms;
-    qc.cntlid = p.cntlid;
-    qc.subnqn = o.subnqn;
-    qc.hostnqn = o.hostnqn;
-    qc.hostid = o.hostid;
-    qc.in_capsule_data = p.in_capsule_data;
-    qc.max_transfer = p.max_transfer;
-    qc.connect_timeout = o.connect_timeout;
-    qc.on_destroy = std::move(p.on_destroy);
+    fill_fabric_config(qc, addr, o, p);
     auto c = rdma::connect(reactor, qc);
     if (!c) return c.error();
     QueuePair* raw = c->qp.get();
@@ -114,22 +120,10 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
     return out;
   }
   tcp::QpConfig qc;
-  qc.traddr = addr.traddr;
-  qc.trsvcid = addr.trsvcid;
+  fill_fabric_config(qc, addr, o, p);
   qc.host_iface = addr.host_iface;
-  qc.qid = p.qid;
-  qc.depth = p.depth;
-  qc.kato_ms = p.kato_ms;
-  qc.cntlid = p.cntlid;
-  qc.subnqn = o.subnqn;
-  qc.hostnqn = o.hostnqn;
-  qc.hostid = o.hostid;
   qc.digest = o.digest;
-  qc.in_capsule_data = p.in_capsule_data;
-  qc.max_transfer = p.max_transfer;
   qc.recv_buffer = p.recv_buffer;
-  qc.connect_timeout = o.connect_timeout;
-  qc.on_destroy = std::move(p.on_destroy);
   auto qp = tcp::QueuePair::connect(reactor, qc);
   if (!qp) return qp.error();
   tcp::QueuePair* raw = qp->get();

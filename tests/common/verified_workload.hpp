@@ -36,15 +36,18 @@ class VerifiedWorkload {
     uint64_t issued_ns = 0;
   };
 
-  /// `base_lba`: the first LBA used; each slot owns `lbas_per_slot` LBAs from there.
-  VerifiedWorkload(Volume& v, uint32_t qd = 16, uint32_t lbas_per_slot = 32, uint64_t base_lba = 0)
-      : vol_(v), block_(v.block_size()), per_slot_(lbas_per_slot), base_(base_lba), slots_(qd) {
+  /// `base_lba`: the first LBA used; each slot owns `lbas_per_slot` LBAs from there. Each I/O
+  /// moves 1 to `max_blocks` blocks (at most lbas_per_slot).
+  VerifiedWorkload(Volume& v, uint32_t qd = 16, uint32_t lbas_per_slot = 32, uint64_t base_lba = 0,
+                   uint32_t max_blocks = 2)
+      : vol_(v), block_(v.block_size()), per_slot_(lbas_per_slot), base_(base_lba),
+        max_blocks_(std::clamp<uint32_t>(max_blocks, 1, lbas_per_slot)), slots_(qd) {
     for (uint32_t i = 0; i < qd; ++i) {
       auto& s = slots_[i];
       s.w = this;
       s.index = i;
       s.rng = 0x9e3779b97f4a7c15ull * (i + 1);
-      s.buf.resize(static_cast<size_t>(block_) * 2);
+      s.buf.resize(static_cast<size_t>(block_) * max_blocks_);
       s.acked.assign(per_slot_, 0);
     }
   }
@@ -125,8 +128,8 @@ class VerifiedWorkload {
       return;
     }
     const uint64_t r = next_rand(s.rng);
-    s.nblocks = 1 + static_cast<uint32_t>((r >> 40) % 2);
-    const uint32_t first = static_cast<uint32_t>((r >> 8) % (per_slot_ - 1));
+    s.nblocks = 1 + static_cast<uint32_t>((r >> 40) % max_blocks_);
+    const uint32_t first = static_cast<uint32_t>((r >> 8) % (per_slot_ - s.nblocks + 1));
     s.io = VolumeIo{};
     s.io.slba = base_ + uint64_t{s.index} * per_slot_ + first;
     s.io.nlb = s.nblocks;
@@ -154,6 +157,7 @@ class VerifiedWorkload {
   uint32_t block_;
   uint32_t per_slot_;
   uint64_t base_;
+  uint32_t max_blocks_;
   std::vector<Slot> slots_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> idle_{0};

@@ -18,6 +18,7 @@
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/target.hpp"
+#include "transport/tcp/queue_pair.hpp"
 
 using namespace nvmeof;
 using namespace std::chrono_literals;
@@ -156,6 +157,10 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
     auto qp = ctrl->create_io_queue(*env.reactor, 32);
     REQUIRE(qp);
     CHECK((*qp)->max_transfer() == 128u * 1024);
+    // Receives go into the staging buffer registered with the reactor's ring (READ_FIXED).
+    auto* tqp = dynamic_cast<tcp::QueuePair*>(qp->get());
+    REQUIRE(tqp);
+    CHECK(tqp->registered_receive());
     SyncIo io4k(**qp, *env.reactor, kNs4k, 4096);
     SyncIo io512(**qp, *env.reactor, kNs512, 512);
     struct Case {

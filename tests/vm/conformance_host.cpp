@@ -14,17 +14,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "../common/block_stamp.hpp"
+#include "../common/verified_workload.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -264,109 +263,6 @@ TEST_CASE("the ANA log through each port matches what nvmet was set to", "[ana]"
   }
 }
 
-namespace {
-
-// A Volume workload: kSlots independent loops, each over its own LBA range, each writing a
-// stamped extent and reading it back (verified) before the next write. Completions run on the
-// volume's reactor thread and resubmit from there; the test thread only waits.
-struct Workload {
-  static constexpr uint32_t kSlots = 16;
-  static constexpr uint32_t kSlotBlocks = 64;
-  struct Slot {
-    Workload* w = nullptr;
-    uint32_t index = 0;
-    uint64_t seq = 0;
-    uint64_t slba = 0;
-    uint32_t nlb = 0;
-    VolumeIo io;
-    std::vector<uint8_t> buf;
-  };
-
-  Volume* vol = nullptr;
-  uint32_t bs = 0;
-  uint64_t stop_ns = 0;
-  std::atomic<uint64_t> writes{0}, reads{0}, errors{0}, bad_blocks{0}, submit_errors{0};
-  std::atomic<uint32_t> running{0};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Slot> slots{kSlots};
-
-  void start_write(Slot& s) noexcept {
-    if (Reactor::clock_ns() >= stop_ns) {
-      finish();
-      return;
-    }
-    // Sizes vary per round (4..64 KiB) so in-capsule and R2T writes mix on each path.
-    const uint32_t sizes[] = {1, 4, 16, 2, 8};
-    s.nlb = sizes[s.seq % 5];
-    s.slba = kVolumeRegion + s.index * kSlotBlocks + (s.seq * 3) % (kSlotBlocks - s.nlb + 1);
-    ++s.seq;
-    stamp_range(s.buf.data(), bs, s.slba, s.nlb, s.seq);
-    s.io = VolumeIo{};
-    s.io.op = IoOp::write;
-    s.io.slba = s.slba;
-    s.io.nlb = s.nlb;
-    s.io.buf = s.buf.data();
-    s.io.done = &Workload::written;
-    s.io.user = &s;
-    submit(s);
-  }
-
-  void submit(Slot& s) noexcept {
-    if (vol->submit(s.io) != 0) {
-      ++submit_errors;
-      finish();
-    }
-  }
-
-  static void written(VolumeIo& io, NvmeStatus st) noexcept {
-    auto& s = *static_cast<Slot*>(io.user);
-    ++s.w->writes;
-    if (!st.is_success()) {
-      std::printf("volume: write of %u blocks at %llu failed: 0x%x\n", s.nlb,
-                  static_cast<unsigned long long>(s.slba), st.raw);
-      ++s.w->errors;
-      s.w->finish();
-      return;
-    }
-    std::memset(s.buf.data(), 0, size_t{s.nlb} * s.w->bs);
-    s.io = VolumeIo{};
-    s.io.op = IoOp::read;
-    s.io.slba = s.slba;
-    s.io.nlb = s.nlb;
-    s.io.buf = s.buf.data();
-    s.io.done = &Workload::read_back;
-    s.io.user = &s;
-    s.w->submit(s);
-  }
-
-  static void read_back(VolumeIo& io, NvmeStatus st) noexcept {
-    auto& s = *static_cast<Slot*>(io.user);
-    ++s.w->reads;
-    if (!st.is_success()) {
-      std::printf("volume: read of %u blocks at %llu failed: 0x%x\n", s.nlb,
-                  static_cast<unsigned long long>(s.slba), st.raw);
-      ++s.w->errors;
-      s.w->finish();
-      return;
-    }
-    const uint32_t bad = mismatches(s.buf.data(), s.w->bs, s.slba, s.nlb, s.seq);
-    if (bad) {
-      std::printf("volume: %u of %u blocks at %llu mismatch (seq %llu)\n", bad, s.nlb,
-                  static_cast<unsigned long long>(s.slba), static_cast<unsigned long long>(s.seq));
-      s.w->bad_blocks += bad;
-    }
-    s.w->start_write(s);
-  }
-
-  void finish() noexcept {
-    std::lock_guard<std::mutex> lock(mu);
-    if (--running == 0) cv.notify_all();
-  }
-};
-
-}  // namespace
-
 TEST_CASE("a Volume over both nvmet ports: verified mixed workload, port 2 may go away",
           "[volume]") {
   const int seconds = std::atoi(env_or("CONF_SECONDS", "8").c_str());
@@ -386,42 +282,32 @@ TEST_CASE("a Volume over both nvmet ports: verified mixed workload, port 2 may g
   REQUIRE(v);
   Volume& vol = **v;
   REQUIRE(vol.block_size() == 4096);
-  REQUIRE(vol.size_blocks() >= kVolumeRegion + Workload::kSlots * Workload::kSlotBlocks);
+  // 16 loops, each over its own 64 blocks from kVolumeRegion: stamped writes of 4 KiB to 64 KiB
+  // (in-capsule and R2T) and verifying reads, resubmitted from the completions.
+  constexpr uint32_t kSlots = 16, kSlotBlocks = 64;
+  REQUIRE(vol.size_blocks() >= kVolumeRegion + kSlots * kSlotBlocks);
   for (int i = 0; i < 100 && vol.usable_paths() < 2; ++i) std::this_thread::sleep_for(50ms);
   CHECK(vol.usable_paths() == 2);
 
-  Workload w;
-  w.vol = &vol;
-  w.bs = vol.block_size();
-  w.stop_ns = Reactor::clock_ns() + static_cast<uint64_t>(seconds) * 1000000000ull;
-  w.running = Workload::kSlots;
-  for (uint32_t i = 0; i < Workload::kSlots; ++i) {
-    auto& s = w.slots[i];
-    s.w = &w;
-    s.index = i;
-    s.buf.assign(size_t{Workload::kSlotBlocks} * w.bs, 0);
-  }
-  for (auto& s : w.slots) w.start_write(s);
+  test::VerifiedWorkload w(vol, kSlots, kSlotBlocks, kVolumeRegion, 16);
+  w.start();
   std::this_thread::sleep_for(300ms);
   if (!ready.empty()) std::ofstream(ready) << "running\n";
-  {
-    std::unique_lock<std::mutex> lock(w.mu);
-    REQUIRE(w.cv.wait_for(lock, std::chrono::seconds(seconds + 60), [&] { return w.running == 0; }));
-  }
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  REQUIRE(w.finish(60s));
 
   const VolumeStats st = vol.stats();
   std::printf("%s", to_text(st).c_str());
-  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu bad blocks, %llu refused\n",
-              static_cast<unsigned long long>(w.writes.load()),
-              static_cast<unsigned long long>(w.reads.load()),
-              static_cast<unsigned long long>(w.errors.load()),
-              static_cast<unsigned long long>(w.bad_blocks.load()),
-              static_cast<unsigned long long>(w.submit_errors.load()));
-  CHECK(w.errors == 0);
-  CHECK(w.bad_blocks == 0);
-  CHECK(w.submit_errors == 0);
+  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu mismatches, longest stall %.1f ms\n",
+              static_cast<unsigned long long>(w.writes()), static_cast<unsigned long long>(w.reads()),
+              static_cast<unsigned long long>(w.errors()), static_cast<unsigned long long>(w.mismatches()),
+              static_cast<double>(w.longest_gap_us()) / 1000.0);
+  INFO("first error: " << w.first_error());
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(w.completed() == w.issued());
   CHECK(st.failed == 0);
-  CHECK(w.reads > Workload::kSlots);
+  CHECK(w.reads() > kSlots);
   REQUIRE(st.paths.size() == 2);
   CHECK(st.paths[0].ios > 0);
   CHECK(st.paths[1].ios > 0);

@@ -14,17 +14,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
 #include <fstream>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "../common/block_stamp.hpp"
+#include "../common/verified_workload.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -74,31 +74,11 @@ struct Host {
   }
 };
 
-void stamp(uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  std::memcpy(p, &lba, 8);
-  std::memcpy(p + 8, &seq, 8);
-  for (uint32_t i = 16; i < block_size; ++i) p[i] = static_cast<uint8_t>(lba * 31 + seq * 7 + i);
-}
-
-bool check_stamp(const uint8_t* p, uint32_t block_size, uint64_t lba, uint64_t seq) {
-  uint64_t l, s;
-  std::memcpy(&l, p, 8);
-  std::memcpy(&s, p + 8, 8);
-  if (l != lba || s != seq) return false;
-  for (uint32_t i = 16; i < block_size; ++i)
-    if (p[i] != static_cast<uint8_t>(lba * 31 + seq * 7 + i)) return false;
-  return true;
-}
-
 void stamp_range(uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  for (uint32_t i = 0; i < nlb; ++i) stamp(p + size_t{i} * block_size, block_size, slba + i, seq);
+  test::fill_blocks(p, block_size, slba, nlb, seq);
 }
-
 uint32_t mismatches(const uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  uint32_t bad = 0;
-  for (uint32_t i = 0; i < nlb; ++i)
-    if (!check_stamp(p + size_t{i} * block_size, block_size, slba + i, seq)) ++bad;
-  return bad;
+  return test::count_mismatches(p, block_size, slba, nlb, seq);
 }
 
 // Disjoint LBA regions in the 16384 blocks (4 KiB) of the 64 MiB namespace.
@@ -264,108 +244,6 @@ TEST_CASE("a refused connect is a clear error within the timeout", "[refused]") 
   }
 }
 
-namespace {
-
-// kSlots loops, each over its own LBA range: write a stamped extent, read it back and verify,
-// then the next write. Completions run on the volume's reactor thread.
-struct Workload {
-  static constexpr uint32_t kSlots = 16;
-  static constexpr uint32_t kSlotBlocks = 64;
-  struct Slot {
-    Workload* w = nullptr;
-    uint32_t index = 0;
-    uint64_t seq = 0;
-    uint64_t slba = 0;
-    uint32_t nlb = 0;
-    VolumeIo io;
-    std::vector<uint8_t> buf;
-  };
-
-  Volume* vol = nullptr;
-  uint32_t bs = 0;
-  uint64_t stop_ns = 0;
-  std::atomic<uint64_t> writes{0}, reads{0}, errors{0}, bad_blocks{0}, submit_errors{0};
-  std::atomic<uint32_t> running{0};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Slot> slots{kSlots};
-
-  void start_write(Slot& s) noexcept {
-    if (Reactor::clock_ns() >= stop_ns) {
-      finish();
-      return;
-    }
-    // 4 KiB (in-capsule on RDMA) to 64 KiB (keyed SGL), mixed on both paths.
-    const uint32_t sizes[] = {1, 4, 16, 2, 8};
-    s.nlb = sizes[s.seq % 5];
-    s.slba = kVolumeRegion + s.index * kSlotBlocks + (s.seq * 3) % (kSlotBlocks - s.nlb + 1);
-    ++s.seq;
-    stamp_range(s.buf.data(), bs, s.slba, s.nlb, s.seq);
-    s.io = VolumeIo{};
-    s.io.op = IoOp::write;
-    s.io.slba = s.slba;
-    s.io.nlb = s.nlb;
-    s.io.buf = s.buf.data();
-    s.io.done = &Workload::written;
-    s.io.user = &s;
-    submit(s);
-  }
-
-  void submit(Slot& s) noexcept {
-    if (vol->submit(s.io) != 0) {
-      ++submit_errors;
-      finish();
-    }
-  }
-
-  static void written(VolumeIo& io, NvmeStatus st) noexcept {
-    auto& s = *static_cast<Slot*>(io.user);
-    ++s.w->writes;
-    if (!st.is_success()) {
-      std::printf("volume: write of %u blocks at %llu failed: 0x%x\n", s.nlb,
-                  static_cast<unsigned long long>(s.slba), st.raw);
-      ++s.w->errors;
-      s.w->finish();
-      return;
-    }
-    std::memset(s.buf.data(), 0, size_t{s.nlb} * s.w->bs);
-    s.io = VolumeIo{};
-    s.io.op = IoOp::read;
-    s.io.slba = s.slba;
-    s.io.nlb = s.nlb;
-    s.io.buf = s.buf.data();
-    s.io.done = &Workload::read_back;
-    s.io.user = &s;
-    s.w->submit(s);
-  }
-
-  static void read_back(VolumeIo& io, NvmeStatus st) noexcept {
-    auto& s = *static_cast<Slot*>(io.user);
-    ++s.w->reads;
-    if (!st.is_success()) {
-      std::printf("volume: read of %u blocks at %llu failed: 0x%x\n", s.nlb,
-                  static_cast<unsigned long long>(s.slba), st.raw);
-      ++s.w->errors;
-      s.w->finish();
-      return;
-    }
-    const uint32_t bad = mismatches(s.buf.data(), s.w->bs, s.slba, s.nlb, s.seq);
-    if (bad) {
-      std::printf("volume: %u of %u blocks at %llu mismatch (seq %llu)\n", bad, s.nlb,
-                  static_cast<unsigned long long>(s.slba), static_cast<unsigned long long>(s.seq));
-      s.w->bad_blocks += bad;
-    }
-    s.w->start_write(s);
-  }
-
-  void finish() noexcept {
-    std::lock_guard<std::mutex> lock(mu);
-    if (--running == 0) cv.notify_all();
-  }
-};
-
-}  // namespace
-
 TEST_CASE("a Volume over an RDMA path and a TCP path: the RDMA port goes away and returns",
           "[volume]") {
   const int seconds = std::atoi(env_or("CONF_SECONDS", "14").c_str());
@@ -388,55 +266,44 @@ TEST_CASE("a Volume over an RDMA path and a TCP path: the RDMA port goes away an
   for (int i = 0; i < 100 && vol.usable_paths() < 2; ++i) std::this_thread::sleep_for(50ms);
   CHECK(vol.usable_paths() == 2);
 
-  Workload w;
-  w.vol = &vol;
-  w.bs = vol.block_size();
-  w.stop_ns = Reactor::clock_ns() + static_cast<uint64_t>(seconds) * 1000000000ull;
-  w.running = Workload::kSlots;
-  for (uint32_t i = 0; i < Workload::kSlots; ++i) {
-    auto& s = w.slots[i];
-    s.w = &w;
-    s.index = i;
-    s.buf.assign(size_t{Workload::kSlotBlocks} * w.bs, 0);
-  }
-  for (auto& s : w.slots) w.start_write(s);
+  // 16 loops, each over its own 64 blocks from kVolumeRegion: stamped writes of 4 KiB
+  // (in-capsule on RDMA) to 64 KiB (keyed SGL) and verifying reads, resubmitted from the
+  // completions.
+  constexpr uint32_t kSlots = 16, kSlotBlocks = 64;
+  test::VerifiedWorkload w(vol, kSlots, kSlotBlocks, kVolumeRegion, 16);
+  w.start();
   std::this_thread::sleep_for(300ms);
   if (!ready.empty()) std::ofstream(ready) << "running\n";
+  const auto run_until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
 
   // Watch the RDMA path (index 0): its I/O count when it first reconnected after a failure.
   uint64_t ios_at_reconnect = 0;
   bool reconnected = false;
-  {
-    std::unique_lock<std::mutex> lock(w.mu);
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(seconds + 60);
-    while (w.running != 0 && std::chrono::steady_clock::now() < limit) {
-      w.cv.wait_for(lock, 100ms, [&] { return w.running == 0; });
-      if (!reconnected) {
-        lock.unlock();
-        const VolumeStats st = vol.stats();
-        lock.lock();
-        if (st.paths[0].failovers >= 1 && st.paths[0].reconnects >= 1 && st.paths[0].state == PathState::live) {
-          reconnected = true;
-          ios_at_reconnect = st.paths[0].ios;
-          std::printf("volume: rdma path reconnected with %llu I/Os done\n",
-                      static_cast<unsigned long long>(ios_at_reconnect));
-        }
-      }
+  while (std::chrono::steady_clock::now() < run_until) {
+    std::this_thread::sleep_for(100ms);
+    if (reconnected) continue;
+    const VolumeStats st = vol.stats();
+    if (st.paths[0].failovers >= 1 && st.paths[0].reconnects >= 1 && st.paths[0].state == PathState::live) {
+      reconnected = true;
+      ios_at_reconnect = st.paths[0].ios;
+      std::printf("volume: rdma path reconnected with %llu I/Os done\n",
+                  static_cast<unsigned long long>(ios_at_reconnect));
     }
-    REQUIRE(w.running == 0);
   }
+  REQUIRE(w.finish(60s));
 
   const VolumeStats st = vol.stats();
   std::printf("%s", to_text(st).c_str());
-  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu bad blocks, %llu refused\n",
-              static_cast<unsigned long long>(w.writes.load()), static_cast<unsigned long long>(w.reads.load()),
-              static_cast<unsigned long long>(w.errors.load()), static_cast<unsigned long long>(w.bad_blocks.load()),
-              static_cast<unsigned long long>(w.submit_errors.load()));
-  CHECK(w.errors == 0);
-  CHECK(w.bad_blocks == 0);
-  CHECK(w.submit_errors == 0);
+  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu mismatches, longest stall %.1f ms\n",
+              static_cast<unsigned long long>(w.writes()), static_cast<unsigned long long>(w.reads()),
+              static_cast<unsigned long long>(w.errors()), static_cast<unsigned long long>(w.mismatches()),
+              static_cast<double>(w.longest_gap_us()) / 1000.0);
+  INFO("first error: " << w.first_error());
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(w.completed() == w.issued());
   CHECK(st.failed == 0);
-  CHECK(w.reads > Workload::kSlots);
+  CHECK(w.reads() > kSlots);
   REQUIRE(st.paths.size() == 2);
   CHECK(st.paths[0].ios > 0);
   CHECK(st.paths[1].ios > 0);

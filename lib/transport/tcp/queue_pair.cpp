@@ -75,6 +75,10 @@ struct QueuePair::IoCore {
   bool send_in_kernel = false;  // its SENDMSG is in flight
   nvmeof::detail::NodeBuffer rbuf;
   uint32_t rbuf_len = 0;
+  // The receive buffer sits in the reactor's buffer table (registered once) when it took it:
+  // then the socket is read with IORING_OP_READ_FIXED, without mapping the pages per receive.
+  Reactor* reactor = nullptr;
+  int rbuf_id = -1;
   msghdr msg{};
   iovec iov[kMaxIov];
   unsigned iov_count = 0;
@@ -88,9 +92,15 @@ struct QueuePair::IoCore {
   uint16_t batch[kMaxIov];
   unsigned batch_count = 0;
 
+  void release_rbuf() noexcept {
+    if (rbuf_id >= 0) reactor->unregister_buffer(static_cast<unsigned>(rbuf_id));
+    rbuf_id = -1;
+  }
+
   void orphan_step() noexcept {
     if (inflight > 0) return;
     if (fd >= 0) ::close(fd);
+    release_rbuf();
     delete this;
   }
 };
@@ -173,6 +183,7 @@ QueuePair::~QueuePair() {
   } else {
     finish_teardown();
     if (core_->fd >= 0) ::close(core_->fd);
+    core_->release_rbuf();
     delete core_;
   }
   core_ = nullptr;
@@ -180,11 +191,16 @@ QueuePair::~QueuePair() {
   if (cfg_.on_destroy) cfg_.on_destroy();
 }
 
+bool QueuePair::registered_receive() const noexcept { return core_ && core_->rbuf_id >= 0; }
+
 int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 0; }
 
 void QueuePair::start() noexcept {
   if (state_ != QpState::connecting) return;
   state_ = QpState::live;
+  core_->reactor = &reactor_;
+  if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
+    core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
   arm_recv();
@@ -392,7 +408,10 @@ void QueuePair::arm_recv() noexcept {
   if (c.recv_armed || state_ != QpState::live) return;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return;  // flush() retries on the next turn
-  io_uring_prep_recv(sqe, c.fd, static_cast<uint8_t*>(c.rbuf.data()), c.rbuf_len, 0);
+  if (c.rbuf_id >= 0)
+    io_uring_prep_read_fixed(sqe, c.fd, c.rbuf.data(), c.rbuf_len, 0, c.rbuf_id);
+  else
+    io_uring_prep_recv(sqe, c.fd, static_cast<uint8_t*>(c.rbuf.data()), c.rbuf_len, 0);
   io_uring_sqe_set_data(sqe, &c.recv_h);
   c.recv_armed = true;
   ++c.inflight;

@@ -4,8 +4,9 @@
 // ICResp, Fabrics Connect. start() then hands the socket to the reactor. From then on the pair
 // is driven by its reactor only: submit() queues a capsule in a per-command header slot, a
 // reactor poller gathers every queued PDU into one IORING_OP_SENDMSG per turn (one send in
-// flight per socket keeps the byte stream ordered), and one IORING_OP_RECV into a pair-owned
-// staging buffer feeds the shared PduReader, which copies C2H data into the request's buffer.
+// flight per socket keeps the byte stream ordered), and one receive into a pair-owned staging
+// buffer (IORING_OP_READ_FIXED when the reactor's buffer table took it, else IORING_OP_RECV)
+// feeds the shared PduReader, which copies C2H data into the request's buffer.
 //
 // Threading: connect() on any thread; everything else on the reactor's thread. Completion
 // callbacks and the listener run inline on that thread; they may submit() and close(), but must
@@ -52,7 +53,7 @@ struct QpConfig {
   /// 0 on the admin queue means kAdminInCapsuleData.
   uint32_t in_capsule_data = 0;
   uint32_t max_transfer = 0;  ///< MDTS in bytes; 0 means kDefaultMaxTransfer
-  uint32_t recv_buffer = 256u << 10;  ///< staging buffer for IORING_OP_RECV
+  uint32_t recv_buffer = 256u << 10;  ///< staging buffer for the socket's receives
   std::chrono::milliseconds connect_timeout{3000};
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
@@ -118,6 +119,8 @@ class QueuePair final : public nvmeof::QueuePair {
   int inflight_ops() const noexcept;
   /// "tcp 127.0.0.1:4420 qid 1", the prefix of this pair's log lines.
   const std::string& label() const noexcept { return label_; }
+  /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
+  bool registered_receive() const noexcept;
 
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
