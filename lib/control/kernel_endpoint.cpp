@@ -12,8 +12,8 @@
 namespace nvmeof::detail {
 namespace {
 
-// A kernel path in multipath=N mode: the controller's admin commands by ioctl on /dev/nvmeX,
-// I/O by io_uring passthrough on the namespace's /dev/ngXnY.
+// A kernel path in multipath=N mode: the controller's admin commands on /dev/nvmeX (io_uring
+// passthrough, the ioctl as fallback), I/O by io_uring passthrough on the namespace's /dev/ngXnY.
 class KernelEndpoint final : public PathEndpoint {
  public:
   KernelEndpoint(std::string device, KernelController ctrl, uring::AdminDevice admin, ControllerInfo info,
