@@ -24,6 +24,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "testbed_env.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -33,12 +34,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-std::string nqn() { return env_or("NQN", "nqn.2014-08.org.nvmexpress:nvmeof-testbed"); }
+using test::env_or;
+std::string nqn() { return test::testbed_nqn(); }
 
 TransportAddress port_address(int port) {
   const std::string s = port == 1 ? env_or("TCP1", "127.0.0.1:4420") : env_or("TCP2", "127.0.0.2:4421");
@@ -47,15 +44,7 @@ TransportAddress port_address(int port) {
   return *a;
 }
 
-ConnectOptions options(Digest d = Digest::none) {
-  ConnectOptions o;
-  o.subnqn = nqn();
-  o.digest = d;
-  // TCG makes everything about 50 times slower than on hardware.
-  o.connect_timeout = 10s;
-  o.admin_timeout = 10s;
-  return o;
-}
+ConnectOptions options(Digest d = Digest::none) { return test::testbed_options(d); }
 
 struct Host {
   std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "../common/verified_workload.hpp"
+#include "testbed_env.hpp"
 #include "control/kernel_connect.hpp"
 #include "control/kernel_paths.hpp"
 #include "nvmeof/volume.hpp"
@@ -29,11 +30,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-std::string nqn() { return env_or("NQN", "nqn.2014-08.org.nvmexpress:nvmeof-testbed"); }
+using test::env_or;
+std::string nqn() { return test::testbed_nqn(); }
 std::string nvmet() { return env_or("NVMET", "/sys/kernel/config/nvmet"); }
 
 TransportAddress addr(const std::string& s, Transport t) {

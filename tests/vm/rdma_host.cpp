@@ -25,6 +25,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "testbed_env.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -34,12 +35,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-std::string nqn() { return env_or("NQN", "nqn.2014-08.org.nvmexpress:nvmeof-testbed"); }
+using test::env_or;
+std::string nqn() { return test::testbed_nqn(); }
 
 TransportAddress rdma_address() {
   auto a = TransportAddress::parse("rdma://" + env_or("RDMA_ADDR", "10.10.10.1:4420"));
@@ -53,14 +50,7 @@ TransportAddress tcp_address() {
   return *a;
 }
 
-ConnectOptions options() {
-  ConnectOptions o;
-  o.subnqn = nqn();
-  // TCG makes everything about 50 times slower than on hardware.
-  o.connect_timeout = 10s;
-  o.admin_timeout = 10s;
-  return o;
-}
+ConnectOptions options() { return test::testbed_options(); }
 
 struct Host {
   std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();

@@ -1,4 +1,5 @@
 #include "transport/uring/admin.hpp"
+#include "transport/uring/passthru_cmd.hpp"
 
 #include <cstring>
 
@@ -59,19 +60,7 @@ Result<uint32_t> AdminDevice::run(const Sqe& cmd, void* data, uint32_t len,
   }
   mechanism_ = "ioctl";
   nvme_admin_cmd c{};
-  c.opcode = cmd.opcode;
-  c.nsid = cmd.nsid;
-  c.cdw2 = cmd.cdw2;
-  c.cdw3 = cmd.cdw3;
-  c.addr = reinterpret_cast<uintptr_t>(data);
-  c.data_len = len;
-  c.cdw10 = cmd.cdw10;
-  c.cdw11 = cmd.cdw11;
-  c.cdw12 = cmd.cdw12;
-  c.cdw13 = cmd.cdw13;
-  c.cdw14 = cmd.cdw14;
-  c.cdw15 = cmd.cdw15;
-  c.timeout_ms = static_cast<uint32_t>(timeout.count());
+  fill_passthru(c, cmd, data, len, static_cast<uint32_t>(timeout.count()));
   const int r = ::ioctl(fd_, NVME_IOCTL_ADMIN_CMD, &c);
   if (r < 0) return errno_code(errno);
   if (r > 0) return make_error_code(NvmeStatus{static_cast<uint16_t>(r & 0x7fff)});

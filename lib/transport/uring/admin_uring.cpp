@@ -7,6 +7,7 @@
 
 #include "nvmeof/reactor.hpp"  // liburing
 #include "transport/uring/admin.hpp"
+#include "transport/uring/passthru_cmd.hpp"
 
 namespace nvmeof::uring {
 
@@ -21,19 +22,7 @@ int run_admin_uring(int fd, const Sqe& cmd, void* data, uint32_t len, uint32_t t
   io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fd, nullptr, 0, 0);
   sqe->cmd_op = NVME_URING_CMD_ADMIN;
   nvme_uring_cmd c{};
-  c.opcode = cmd.opcode;
-  c.nsid = cmd.nsid;
-  c.cdw2 = cmd.cdw2;
-  c.cdw3 = cmd.cdw3;
-  c.addr = reinterpret_cast<uintptr_t>(data);
-  c.data_len = len;
-  c.cdw10 = cmd.cdw10;
-  c.cdw11 = cmd.cdw11;
-  c.cdw12 = cmd.cdw12;
-  c.cdw13 = cmd.cdw13;
-  c.cdw14 = cmd.cdw14;
-  c.cdw15 = cmd.cdw15;
-  c.timeout_ms = timeout_ms;
+  fill_passthru(c, cmd, data, len, timeout_ms);
   uint8_t* area = reinterpret_cast<uint8_t*>(sqe) + offsetof(io_uring_sqe, cmd);
   std::memset(area, 0, 80);
   std::memcpy(area, &c, sizeof c);

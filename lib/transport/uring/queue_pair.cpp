@@ -1,4 +1,5 @@
 #include "transport/uring/queue_pair.hpp"
+#include "transport/uring/passthru_cmd.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -418,19 +419,7 @@ bool QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) no
     }
   }
   nvme_uring_cmd cmd{};
-  cmd.opcode = req.cmd.opcode;
-  cmd.flags = 0;
-  cmd.nsid = req.cmd.nsid;
-  cmd.cdw2 = req.cmd.cdw2;
-  cmd.cdw3 = req.cmd.cdw3;
-  cmd.addr = reinterpret_cast<uintptr_t>(req.data);
-  cmd.data_len = len;
-  cmd.cdw10 = req.cmd.cdw10;
-  cmd.cdw11 = req.cmd.cdw11;
-  cmd.cdw12 = req.cmd.cdw12;
-  cmd.cdw13 = req.cmd.cdw13;
-  cmd.cdw14 = req.cmd.cdw14;
-  cmd.cdw15 = req.cmd.cdw15;
+  fill_passthru(cmd, req.cmd, req.data, len, 0);
   // The area spans the SQE's second half; addressed from the entry's start because the
   // zero-length cmd[] member shares a union with 8-byte fields.
   uint8_t* area = reinterpret_cast<uint8_t*>(sqe) + offsetof(io_uring_sqe, cmd);
