@@ -56,6 +56,8 @@ inline constexpr uint8_t kSetFeatures = 0x09;
 inline constexpr uint8_t kGetFeatures = 0x0a;
 inline constexpr uint8_t kAsyncEventRequest = 0x0c;
 inline constexpr uint8_t kKeepAlive = 0x18;
+/// Cross-Controller Reset (NVMe TP8028): resets another controller of the same subsystem.
+inline constexpr uint8_t kCrossControllerReset = 0x38;
 inline constexpr uint8_t kFabrics = 0x7f;
 // NVM I/O
 inline constexpr uint8_t kFlush = 0x00;
@@ -82,7 +84,27 @@ inline constexpr uint8_t kNamespaceDescriptors = 0x03;
 namespace log_page {
 inline constexpr uint8_t kAna = 0x0c;
 inline constexpr uint8_t kDiscovery = 0x70;
+/// Cross-Controller Reset log (TP8028): one entry per CCR this controller was asked for.
+inline constexpr uint8_t kCrossControllerReset = 0x1e;
 }  // namespace log_page
+
+/// TP8028 Cross-Controller Reset: completion DW0 bits, log entry status, the command-specific
+/// statuses (SCT 1) and the asynchronous event (notice, information F4h, log page 1Eh).
+namespace ccr {
+inline constexpr uint32_t kImmediateResetSuccessful = 1u << 0;  ///< IRS: reset already done
+inline constexpr uint32_t kValidated = 1u << 1;                 ///< V (only with IRS)
+inline constexpr uint32_t kControllerLevelReset = 1u << 2;      ///< CLRI (only with IRS)
+inline constexpr uint8_t kStatusInProgress = 0;  ///< CCRS of a log entry
+inline constexpr uint8_t kStatusSuccess = 1;
+inline constexpr uint8_t kStatusFailed = 2;
+inline constexpr uint8_t kScInProgress = 0x3f;   ///< this controller already resets that one
+inline constexpr uint8_t kScLogFull = 0x40;
+inline constexpr uint8_t kScLimitExceeded = 0x41;  ///< more than CCRL in progress
+inline constexpr uint8_t kEventInfoCompleted = 0xf4;
+inline constexpr size_t kLogHeaderLen = 8;   ///< NE (u16) then reserved
+inline constexpr size_t kLogEntryLen = 8;    ///< ICID u16, CIU u8, rsvd, ACID u16, CCRS u8, CCRF u8
+inline constexpr size_t kMaxLogEntries = 511;
+}  // namespace ccr
 
 namespace feature {
 inline constexpr uint8_t kNumberOfQueues = 0x07;
@@ -167,6 +189,14 @@ inline void prep_get_features(Sqe& c, uint8_t fid) noexcept {
   c.cdw10 = fid;
 }
 inline void prep_keep_alive(Sqe& c) noexcept { prep_command(c, opcode::kKeepAlive, 0); }
+/// Cross-Controller Reset of controller `icid` of the same subsystem, named by its CNTLID, CIU
+/// and CIRN (Identify Controller of that controller): CDW10 ICID | CIU << 16, CDW12/13 CIRN.
+inline void prep_cross_controller_reset(Sqe& c, uint16_t icid, uint8_t ciu, uint64_t cirn) noexcept {
+  prep_command(c, opcode::kCrossControllerReset, 0);
+  c.cdw10 = icid | (static_cast<uint32_t>(ciu) << 16);
+  c.cdw12 = static_cast<uint32_t>(cirn);
+  c.cdw13 = static_cast<uint32_t>(cirn >> 32);
+}
 inline void prep_async_event_request(Sqe& c) noexcept {
   prep_command(c, opcode::kAsyncEventRequest, 0);
 }

@@ -27,6 +27,14 @@ struct ControllerInfo {
   uint32_t max_transfer = 0;   ///< MDTS in bytes (4 KiB pages assumed), 0 = unlimited
   uint32_t nn = 0;             ///< number of namespaces
   uint16_t kas_100ms = 0;      ///< keep-alive granularity
+  uint32_t ctratt = 0;         ///< controller attributes
+  /// CTRATT bit 6 (TBKAS): any command restarts the controller's keep-alive timer, so the
+  /// host may skip keep-alives while traffic flows; the TP4129 hold is then 3 x KATO + CQT.
+  bool traffic_based_keep_alive() const noexcept { return (ctratt & (1u << 6)) != 0; }
+  // TP8028 (Rapid Path Failure Recovery), bytes 135, 143:136 and 1807; libnvme 1.3 predates them.
+  uint8_t ciu = 0;             ///< Controller Instance Uniquifier (changes on every enable)
+  uint64_t cirn = 0;           ///< Controller Instance Random Number
+  uint8_t ccrl = 0;            ///< Cross-Controller Reset Limit; 0: no CCR through this controller
   uint8_t anatt_s = 0;         ///< ANA transition time, seconds
   uint8_t anacap = 0;
   uint32_t nanagrpid = 0;

@@ -23,6 +23,10 @@ std::string trimmed(const char* s, size_t n) {
 
 constexpr size_t kIdentifyLen = 4096;
 constexpr size_t kCqtOffset = 386;  // NVMe 2.1 Identify Controller bytes 387:386
+// TP8028 fields (NVMe 2.3), not yet in libnvme 1.3's struct.
+constexpr size_t kCiuOffset = 135;
+constexpr size_t kCirnOffset = 136;   // 8 bytes, little endian
+constexpr size_t kCcrlOffset = 1807;
 
 }  // namespace
 
@@ -42,6 +46,10 @@ Result<ControllerInfo> parse_identify_controller(std::span<const uint8_t> raw) {
   c.max_transfer = id.mdts == 0 ? 0 : (id.mdts >= 20 ? 0 : (4096u << std::min<uint8_t>(id.mdts, 19)));
   c.nn = id.nn;
   c.kas_100ms = id.kas;
+  c.ctratt = id.ctratt;
+  c.ciu = raw[kCiuOffset];
+  c.cirn = load<uint64_t>(raw.data() + kCirnOffset);
+  c.ccrl = raw[kCcrlOffset];
   c.anatt_s = id.anatt;
   c.anacap = id.anacap;
   c.nanagrpid = id.nanagrpid;

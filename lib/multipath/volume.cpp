@@ -483,8 +483,13 @@ bool Volume::Awaitable::await_suspend(std::coroutine_handle<> h) noexcept {
   handle = h;
   io.done = &resume_awaiter;
   io.user = this;
-  rc = vol->submit(io);
-  return rc == 0;
+  // Once submit() accepted the I/O, the reactor may complete it, resume the coroutine and
+  // destroy this frame before submit() even returns: nothing here may touch `this` after it.
+  Volume* v = vol;
+  const int r = v->submit(io);
+  if (r == 0) return true;
+  rc = r;  // refused: the I/O never left, the frame is still ours
+  return false;
 }
 
 NvmeStatus Volume::Awaitable::await_resume() const noexcept {

@@ -95,3 +95,13 @@ TEST_CASE("Result carries a value or an error", "[status]") {
   Result<void> vb = errno_code(ECONNREFUSED);
   CHECK(vb.error().value() == ECONNREFUSED);
 }
+
+TEST_CASE("prep_cross_controller_reset names the controller by CNTLID, CIU and CIRN", "[command][ccr]") {
+  Sqe c;
+  prep_cross_controller_reset(c, 0x1234, 0xab, 0x1122334455667788ull);
+  CHECK(c.opcode == 0x38);
+  CHECK(c.nsid == 0);
+  CHECK(c.cdw10 == (0x1234u | (0xabu << 16)));
+  CHECK(c.cdw12 == 0x55667788u);
+  CHECK(c.cdw13 == 0x11223344u);
+}

@@ -22,6 +22,12 @@ TEST_CASE("identify controller parses the fields we use, including CQT", "[ident
   id->kas = 1;
   std::strcpy(id->subnqn, "nqn.test:sub");
   raw[386] = 25;  // CQT 25 ms
+  id->ctratt = 1u << 6;  // traffic-based keep-alive
+  // TP8028: CIU at 135, CIRN at 143:136 (little endian), CCRL at 1807.
+  raw[135] = 0x5a;
+  const uint64_t cirn = 0x0123456789abcdefull;
+  std::memcpy(raw.data() + 136, &cirn, 8);
+  raw[1807] = 4;
   auto c = parse_identify_controller(raw);
   REQUIRE(c);
   CHECK(c->serial == "SN123");
@@ -31,6 +37,11 @@ TEST_CASE("identify controller parses the fields we use, including CQT", "[ident
   CHECK(c->in_capsule_data() == 8192u);
   CHECK(c->anatt_s == 10);
   CHECK(c->cqt_ms == 25);
+  CHECK(c->kas_100ms == 1);
+  CHECK(c->traffic_based_keep_alive());
+  CHECK(c->ciu == 0x5a);
+  CHECK(c->cirn == cirn);
+  CHECK(c->ccrl == 4);
   CHECK(c->subnqn == "nqn.test:sub");
   CHECK(parse_identify_controller(std::span<const uint8_t>(raw.data(), 4000)).error() ==
         make_error_code(Errc::short_data));
