@@ -41,6 +41,11 @@ struct TransportAddress {
 
 enum class Digest : uint8_t { none = 0, header = 1, data = 2, both = 3 };
 
+/// ConnectOptions::kato_ms: the shortest keep-alive timeout the controller's granularity (KAS)
+/// allows, at least 100 ms. A short KATO is what bounds a safe failover without CCR (TP4129:
+/// a write may move only 2 x KATO + CQT after the loss, 3 x KATO + CQT with TBKAS).
+inline constexpr uint32_t kKatoShortest = 0xffffffffu;
+
 struct ConnectOptions {
   std::string subnqn;                 ///< required (kDiscoveryNqn for a discovery controller)
   /// default: "nqn.2014-08.org.nvmexpress:uuid:<hostid as a UUID>"
@@ -50,7 +55,10 @@ struct ConnectOptions {
   uint32_t io_queue_depth = 128;      ///< 1..1024 (clamped to CAP.MQES + 1)
   uint32_t admin_queue_depth = 32;    ///< 2..1024 (one slot is the asynchronous event request)
   uint32_t max_io_queues = 64;        ///< asked for with Set Features Number of Queues
-  uint32_t kato_ms = 5000;            ///< keep-alive timeout asked for; 0 disables
+  /// Keep-alive timeout asked for (rounded up to the controller's granularity); 0 disables it;
+  /// kKatoShortest: the shortest the controller allows. Connect asks for 1 s when set to
+  /// kKatoShortest, then Set Features Keep Alive Timer lowers it once Identify told KAS.
+  uint32_t kato_ms = kKatoShortest;
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds admin_timeout{3000};
 };
@@ -98,6 +106,8 @@ class Controller {
   const ConnectOptions& options() const noexcept;
   /// I/O queues the controller granted (Set Features Number of Queues); 0 for discovery.
   uint32_t io_queues() const noexcept;
+  /// The keep-alive timeout in force (ms; 0: none), after rounding to the controller's KAS.
+  uint32_t kato_ms() const noexcept;
 
   /// Creates and connects one I/O queue pair driven by `reactor` (set-up runs on the calling
   /// thread, which should be that reactor's thread, and start() happens there). `depth` 0
@@ -106,6 +116,16 @@ class Controller {
   /// Errors: not_connected (admin queue down), queue_full (every granted queue id in use),
   /// and those of the TCP set-up (connection_refused, timeout, an NVMe status, ...).
   Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& reactor, uint32_t depth = 0);
+
+  /// An I/O queue pair connected but not started: start() it on its reactor's thread.
+  struct PreparedIoQueue {
+    std::unique_ptr<QueuePair> qp;
+    std::function<void()> start;
+  };
+  /// The blocking half of create_io_queue() on any thread (not the reactor's, which it would
+  /// stall for a whole connect): the pair's memory goes on `memory_node` (-1: the calling
+  /// thread's). Errors: those of create_io_queue().
+  Result<PreparedIoQueue> prepare_io_queue(Reactor& reactor, uint32_t depth, int memory_node);
 
   /// Raw admin command; `data` is read or written per the opcode's direction (copied through a
   /// buffer of the controller's, so a timed-out command never touches the caller's memory).
@@ -122,6 +142,15 @@ class Controller {
   /// Reads the discovery log header, then every entry; retried when GENCTR changes meanwhile.
   Result<DiscoveryLog> discovery_log();
   Result<void> keep_alive();
+  /// Cross-Controller Reset (NVMe TP8028) of `impacted`, another controller of this subsystem
+  /// (its CNTLID, CIU and CIRN from its Identify Controller), sent through this controller.
+  /// Returns once the controller reports the reset done: at once (DW0 IRS), or when its
+  /// asynchronous event (or a poll of the CCR log page 1Eh) shows the entry completed.
+  /// Errors: unsupported (CCRL 0: no CCR through this controller), timeout (no result within
+  /// `timeout`; the impacted controller may still be running), an nvme_category() status (the
+  /// controller refused: wrong identity, limit reached), Errc::controller_fatal when the log
+  /// says the reset failed, and those of admin(). Any thread but the control thread.
+  Result<void> cross_controller_reset(const ControllerInfo& impacted, std::chrono::milliseconds timeout);
 
   /// Called on the control thread for each asynchronous event (CQE DW0); the request is
   /// re-armed when the event arrives, before the callback runs. Replaces an earlier callback.

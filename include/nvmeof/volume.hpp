@@ -24,6 +24,14 @@
 namespace nvmeof {
 
 enum class SelectorKind : uint8_t { round_robin, queue_depth, numa, service_time };
+
+/// Whether writes whose outcome is unknown wait for their old controller to be fenced.
+enum class FenceMode : uint8_t {
+  safe,         ///< they wait (CCR, the controller closing on us, or the TP4129 hold)
+  /// They move the moment the path fails. Unsafe: a stale write may land after a newer one.
+  /// Exists only as the negative control of the tests that prove the fence works.
+  skip_unsafe,
+};
 const char* to_string(SelectorKind k) noexcept;
 Result<SelectorKind> parse_selector(std::string_view s);
 
@@ -47,9 +55,18 @@ struct VolumeOptions {
   int memory_node = kUnknownNode;
   /// Per-command deadline; 0 derives it from the path's own latency (never above 25 ms).
   std::chrono::microseconds io_deadline{0};
+  /// How long an I/O waits when no path is usable (a timer enforces it, not only completions).
   std::chrono::milliseconds no_path_timeout{30000};
-  /// Stands in for the Command Quiesce Time when a controller reports none.
+  /// Stands in for the Command Quiesce Time when a controller reports none; with CQT it makes
+  /// the hold of the time rule (2 x KATO + CQT, 3 x with traffic-based keep-alive).
   std::chrono::milliseconds fence_bound{0};  ///< 0: the keep-alive timeout
+  FenceMode fence = FenceMode::safe;
+  /// How long a Cross-Controller Reset may take before the time rule is all that is left;
+  /// 0: the failed controller's hold time.
+  std::chrono::milliseconds ccr_timeout{0};
+  /// Whether a failed path's controller is reset through another controller (TP8028) when the
+  /// subsystem supports it. Off: writes across a silent failure wait the TP4129 hold.
+  bool use_ccr = true;
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{1000};
   uint32_t max_attempts = 16;            ///< per I/O, across all paths
@@ -110,7 +127,8 @@ struct FailoverEvent {
   int path = -1;
   std::string cause;            ///< "connection reset", "deadline 25 ms", "ana inaccessible", ...
   uint64_t detect_ns = 0;       ///< monotonic clock
-  int64_t fenced_us = -1;       ///< connection torn down and CQT elapsed (writes may move)
+  int64_t fenced_us = -1;       ///< the old controller can no longer execute (writes may move)
+  std::string fence_rule;       ///< "ccr", "peer closed", "time", "skipped (unsafe)"; "" until fenced
   int64_t first_resubmit_us = -1;
   int64_t first_success_us = -1;
   int64_t reconnected_us = -1;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "control/control_plane.hpp"
+#include "core/node_memory.hpp"
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
 
@@ -36,6 +37,15 @@ constexpr uint32_t kAnaGroupDescLen = 32;
 constexpr uint32_t kDiscoveryRecordLen = 1024;
 constexpr uint64_t kMaxDiscoveryRecords = 1024;
 constexpr uint32_t kMaxLogLen = 4u << 20;
+// Connect asks for this when the caller wants the shortest KATO: KAS is not known before
+// Identify, and every controller accepts a second.
+constexpr uint32_t kProvisionalKatoMs = 1000;
+constexpr uint32_t kKasUnitMs = 100;
+constexpr auto kCcrLogPoll = std::chrono::milliseconds(5);
+
+bool is_ccr_completed_event(uint32_t dw0) noexcept {
+  return (dw0 & 0x7) == 0x2 && ((dw0 >> 8) & 0xff) == ccr::kEventInfoCompleted;
+}
 
 const std::array<uint8_t, 16>& process_hostid() {
   static const std::array<uint8_t, 16> id = [] {
@@ -195,6 +205,7 @@ struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<
   uint64_t cap = 0;
   uint16_t cntlid = 0;
   uint32_t granted = 0;
+  uint32_t kato = 0;  // in force, ms
   std::shared_ptr<QidPool> qids;
   std::atomic<bool> live{false};
   std::string label;
@@ -212,6 +223,11 @@ struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<
   std::mutex cb_mu;
   std::function<void(uint32_t)> on_aen;
   std::function<void(std::error_code)> on_fail;
+  // CCR-completed events: counted on the control thread, waited for by cross_controller_reset
+  // callers on other threads (a missed wake-up costs one log poll period, never correctness).
+  std::mutex ccr_mu;
+  std::condition_variable ccr_cv;
+  uint64_t ccr_events = 0;
 
   void on_queue_failed(QueuePair&, std::error_code why) noexcept override { fail(why); }
 
@@ -224,6 +240,7 @@ struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<
   void finish_op(AdminOp* op, const Cqe& cqe);
   void drain_waiting();
   Result<AdminResult> execute(const Sqe& cmd, void* data, uint32_t len);
+  Result<AdminResult> execute(const Sqe& cmd, void* data, uint32_t len, std::chrono::milliseconds timeout);
   Result<std::vector<uint8_t>> read_data(const Sqe& cmd, uint32_t len);
   Result<std::vector<uint8_t>> get_log(uint8_t lid, uint32_t nsid, uint32_t len);
   void fail(std::error_code why);
@@ -279,6 +296,11 @@ void Controller::Impl::drain_waiting() {
 }
 
 Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32_t len) {
+  return execute(cmd, data, len, opts.admin_timeout);
+}
+
+Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32_t len,
+                                              std::chrono::milliseconds timeout) {
   const bool to_ctrl = is_host_to_controller(cmd);
   const bool from_ctrl = is_controller_to_host(cmd);
   if (len && ((!to_ctrl && !from_ctrl) || !data)) return Errc::invalid_argument;
@@ -295,14 +317,14 @@ Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32
   };
   if (cp.on_control_thread()) {
     start_op(op);
-    cp.run_until([&] { return op->finished; }, opts.admin_timeout);
+    cp.run_until([&] { return op->finished; }, timeout);
   } else {
     std::weak_ptr<Impl> w = weak_from_this();
     boost::asio::post(cp.io, [w, op] {
       if (auto self = w.lock()) self->start_op(op);
     });
     std::unique_lock lock(op->mu);
-    op->cv.wait_for(lock, opts.admin_timeout, [&] { return op->finished; });
+    op->cv.wait_for(lock, timeout, [&] { return op->finished; });
   }
   std::lock_guard lock(op->mu);
   if (!op->finished) return Errc::timeout;
@@ -363,8 +385,8 @@ void Controller::Impl::fail(std::error_code why) {
 }
 
 void Controller::Impl::schedule_keep_alive() {
-  if (opts.kato_ms == 0 || failed) return;
-  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(opts.kato_ms / 2, 1)));
+  if (kato == 0 || failed) return;
+  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(kato / 2, 1)));
   ka_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
     if (ec) return;
     auto self = w.lock();
@@ -388,13 +410,13 @@ void Controller::Impl::send_keep_alive() {
     fail(make_error_code(c.status()));
     if (admin_qp) admin_qp->close();
   };
-  ka_deadline.expires_after(std::chrono::milliseconds(opts.kato_ms));
+  ka_deadline.expires_after(std::chrono::milliseconds(kato));
   ka_deadline.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
     if (ec) return;
     auto self = w.lock();
     if (!self || self->failed || !self->ka_outstanding) return;
     std::fprintf(stderr, "nvmeof: %s: no keep-alive answer within %u ms\n", self->label.c_str(),
-                 self->opts.kato_ms);
+                 self->kato);
     self->fail(make_error_code(Errc::keep_alive_timeout));
     if (self->admin_qp) self->admin_qp->close();
   });
@@ -410,6 +432,11 @@ void Controller::Impl::arm_aer() {
     if (!c.status().is_success() || failed) return;
     const uint32_t dw0 = c.dw0;
     arm_aer();
+    if (is_ccr_completed_event(dw0)) {
+      std::lock_guard lock(ccr_mu);
+      ++ccr_events;
+      ccr_cv.notify_all();
+    }
     std::function<void(uint32_t)> cb;
     {
       std::lock_guard lock(cb_mu);
@@ -465,13 +492,14 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   PairParams pp;
   pp.qid = 0;
   pp.depth = opts.admin_queue_depth;
-  pp.kato_ms = opts.kato_ms;
+  pp.kato_ms = opts.kato_ms == kKatoShortest ? kProvisionalKatoMs : opts.kato_ms;
   pp.cntlid = tcp::kAdminCntlid;
   pp.recv_buffer = 64u << 10;
   auto np = connect_pair(*cp.reactor, addr, opts, std::move(pp));
   if (!np) return np.error();
 
   auto impl = std::make_shared<Impl>(cp, addr, opts);
+  impl->kato = pp.kato_ms;
   impl->label = np->label;
   impl->cntlid = np->cntlid;
   cp.call([&] {
@@ -539,6 +567,18 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
     prep_set_features(c, feature::kAsyncEventConfig, kAenNsAttrChanged | kAenAnaChange);
     (void)impl->execute(c, nullptr, 0);
   }
+  // KATO at the controller's granularity: the shortest when asked for, else rounded up as the
+  // controller itself will round it (the hold of a failover is computed from this value).
+  if (impl->kato != 0) {
+    const uint32_t unit = std::max<uint32_t>(impl->info.kas_100ms, 1) * kKasUnitMs;
+    if (opts.kato_ms == kKatoShortest && !discovery) {
+      prep_set_features(c, feature::kKeepAliveTimer, unit);
+      r = impl->execute(c, nullptr, 0);
+      if (r && r->status.is_success()) impl->kato = unit;
+    } else {
+      impl->kato = (impl->kato + unit - 1) / unit * unit;
+    }
+  }
   impl->qids = std::make_shared<QidPool>(impl->granted);
   cp.call([&] {
     impl->schedule_keep_alive();
@@ -551,9 +591,18 @@ const ControllerInfo& Controller::info() const noexcept { return impl_->info; }
 const TransportAddress& Controller::address() const noexcept { return impl_->addr; }
 const ConnectOptions& Controller::options() const noexcept { return impl_->opts; }
 uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
+uint32_t Controller::kato_ms() const noexcept { return impl_->kato; }
 bool Controller::is_live() const noexcept { return impl_->live.load(); }
 
 Result<std::unique_ptr<QueuePair>> Controller::create_io_queue(Reactor& reactor, uint32_t depth) {
+  auto q = prepare_io_queue(reactor, depth, detail::thread_memory_node());
+  if (!q) return q.error();
+  q->start();
+  return std::move(q->qp);
+}
+
+Result<Controller::PreparedIoQueue> Controller::prepare_io_queue(Reactor& reactor, uint32_t depth,
+                                                                 int memory_node) {
   if (!impl_->live.load()) return Errc::not_connected;
   const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
   if (depth == 0) depth = impl_->opts.io_queue_depth;
@@ -567,13 +616,16 @@ Result<std::unique_ptr<QueuePair>> Controller::create_io_queue(Reactor& reactor,
   pp.in_capsule_data = impl_->info.in_capsule_data();
   pp.max_transfer = impl_->info.max_transfer;
   pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
+  // The transports place a pair's memory on the creating thread's node.
+  const int saved_node = detail::thread_memory_node();
+  if (memory_node >= 0) detail::set_thread_memory_node(memory_node);
   auto np = connect_pair(reactor, impl_->addr, impl_->opts, std::move(pp));
+  detail::set_thread_memory_node(saved_node);
   if (!np) {
     impl_->qids->release(*qid);
     return np.error();
   }
-  np->start();
-  return std::move(np->qp);
+  return PreparedIoQueue{std::move(np->qp), std::move(np->start)};
 }
 
 Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) {
@@ -660,6 +712,49 @@ Result<void> Controller::keep_alive() {
   if (!r) return r.error();
   if (!r->status.is_success()) return make_error_code(r->status);
   return {};
+}
+
+Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
+                                                std::chrono::milliseconds timeout) {
+  if (impl_->info.ccrl == 0) return Errc::unsupported;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  uint64_t seen_events;
+  {
+    std::lock_guard lock(impl_->ccr_mu);
+    seen_events = impl_->ccr_events;
+  }
+  Sqe c;
+  prep_cross_controller_reset(c, impacted.cntlid, impacted.ciu, impacted.cirn);
+  auto r = impl_->execute(c, nullptr, 0, timeout);
+  if (!r) return r.error();
+  const bool already = r->status.sct() == Sct::command_specific && r->status.sc() == ccr::kScInProgress;
+  if (!r->status.is_success() && !already) return make_error_code(r->status);
+  if (r->status.is_success() && (r->dw0 & ccr::kImmediateResetSuccessful)) return {};
+  // In progress: the controller adds the reset to its CCR log and raises an event when it is
+  // done. The log is polled as well, so a lost event only costs a poll period.
+  for (;;) {
+    auto hdr = impl_->get_log(log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
+    if (!hdr) return hdr.error();
+    uint16_t ne;
+    std::memcpy(&ne, hdr->data(), sizeof ne);
+    ne = static_cast<uint16_t>(std::min<size_t>(ne, ccr::kMaxLogEntries));
+    auto log = impl_->get_log(log_page::kCrossControllerReset, 0xffffffffu,
+                              static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
+    if (!log) return log.error();
+    for (size_t i = 0; i < ne; ++i) {
+      const uint8_t* e = log->data() + ccr::kLogHeaderLen + i * ccr::kLogEntryLen;
+      uint16_t icid;
+      std::memcpy(&icid, e, sizeof icid);
+      if (icid != impacted.cntlid || e[2] != impacted.ciu) continue;
+      if (e[6] == ccr::kStatusSuccess) return {};
+      if (e[6] == ccr::kStatusFailed) return Errc::controller_fatal;
+    }
+    std::unique_lock lock(impl_->ccr_mu);
+    const auto wake = std::min(deadline, std::chrono::steady_clock::now() + kCcrLogPoll);
+    impl_->ccr_cv.wait_until(lock, wake, [&] { return impl_->ccr_events != seen_events; });
+    seen_events = impl_->ccr_events;
+    if (std::chrono::steady_clock::now() >= deadline) return Errc::timeout;
+  }
 }
 
 void Controller::on_async_event(std::function<void(uint32_t dw0)> fn) {

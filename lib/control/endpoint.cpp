@@ -11,8 +11,19 @@ class FabricEndpoint final : public PathEndpoint {
   Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return ctrl_->identify_namespace(nsid); }
   Result<std::vector<uint32_t>> active_namespaces() override { return ctrl_->active_namespaces(); }
   Result<AnaLog> ana_log() override { return ctrl_->ana_log(); }
-  Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& r, uint32_t depth) override {
-    return ctrl_->create_io_queue(r, depth);
+  Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int memory_node) override {
+    auto q = ctrl_->prepare_io_queue(r, depth, memory_node);
+    if (!q) return q.error();
+    auto shared = std::make_shared<Controller::PreparedIoQueue>(std::move(*q));
+    return PreparedQueue{[shared]() -> Result<std::unique_ptr<QueuePair>> {
+      shared->start();
+      return std::move(shared->qp);
+    }};
+  }
+  uint32_t kato_ms() const noexcept override { return ctrl_->kato_ms(); }
+  bool can_reset_others() const noexcept override { return ctrl_->info().ccrl > 0 && ctrl_->is_live(); }
+  Result<void> cross_controller_reset(const ControllerInfo& impacted, std::chrono::milliseconds t) override {
+    return ctrl_->cross_controller_reset(impacted, t);
   }
   void on_async_event(std::function<void(uint32_t)> fn) override { ctrl_->on_async_event(std::move(fn)); }
   void on_failure(std::function<void(std::error_code)> fn) override { ctrl_->on_failure(std::move(fn)); }

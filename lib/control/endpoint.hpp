@@ -2,11 +2,12 @@
 // NVMe/TCP or NVMe/RDMA), or a kernel controller whose namespace we drive by io_uring
 // passthrough on /dev/ngXnY (Transport::passthrough).
 //
-// Threading: open_endpoint() and every call except create_io_queue() run on the volume's
-// connect pool or control thread and may block up to the admin timeout; create_io_queue() runs
-// on the reactor thread that will drive the pair.
+// Threading: open_endpoint() and every call run on the volume's connect pool or control thread
+// and may block up to the admin timeout, except PreparedQueue::start, which runs on the reactor
+// thread that will drive the pair.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +20,13 @@
 
 namespace nvmeof::detail {
 
+/// A queue pair connected off the reactor's thread, still to be started on it.
+struct PreparedQueue {
+  /// Runs on the reactor's thread: starts the pair (or, for a kernel path, opens it there) and
+  /// returns it live. Errors: those of the transport.
+  std::function<Result<std::unique_ptr<QueuePair>>()> start;
+};
+
 class PathEndpoint {
  public:
   virtual ~PathEndpoint() = default;
@@ -28,8 +36,10 @@ class PathEndpoint {
   virtual Result<NamespaceInfo> identify_namespace(uint32_t nsid) = 0;
   virtual Result<std::vector<uint32_t>> active_namespaces() = 0;
   virtual Result<AnaLog> ana_log() = 0;
-  /// A started I/O queue pair driven by `reactor` (called on its thread).
-  virtual Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& reactor, uint32_t depth) = 0;
+  /// Connects an I/O queue pair that `reactor` will drive: the blocking part runs here, on the
+  /// calling thread (never a reactor), with its memory on `memory_node`; the returned start()
+  /// runs on the reactor's thread.
+  virtual Result<PreparedQueue> prepare_io_queue(Reactor& reactor, uint32_t depth, int memory_node) = 0;
   /// Asynchronous events (CQE DW0) and admin-queue failure, on the control thread. A kernel
   /// path has neither (the kernel owns both): the volume polls health() and the ANA log.
   virtual bool has_async_events() const noexcept { return true; }
@@ -37,7 +47,18 @@ class PathEndpoint {
   virtual void on_failure(std::function<void(std::error_code)> fn) = 0;
   /// Polled by the volume for paths without their own failure report; empty while healthy.
   virtual std::error_code health() { return {}; }
-  /// Fence after a failure: tear the connection down so that nothing sent on it can still run.
+  /// The keep-alive timeout the controller counts (ms; 0 when unknown): with CQT it bounds how
+  /// long a controller cut off from us may still execute what it received (TP4129).
+  virtual uint32_t kato_ms() const noexcept = 0;
+  /// True when Cross-Controller Resets can be sent through this path (CCRL > 0).
+  virtual bool can_reset_others() const noexcept { return false; }
+  /// Cross-Controller Reset of `impacted` through this path (TP8028). Errors: unsupported, and
+  /// those of Controller::cross_controller_reset.
+  virtual Result<void> cross_controller_reset(const ControllerInfo&, std::chrono::milliseconds) {
+    return Errc::unsupported;
+  }
+  /// Fence after a failure: tear our side of the connection down (which by itself proves
+  /// nothing to a controller that cannot see it).
   virtual void fence() = 0;
   /// Let the path go when the volume closes.
   virtual void close() = 0;

@@ -2,6 +2,7 @@
 // IORING_OP_URING_CMD (kernel_endpoint_unavailable.cpp otherwise).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "control/endpoint.hpp"
 #include "control/kernel_connect.hpp"
@@ -12,6 +13,15 @@
 namespace nvmeof::detail {
 namespace {
 
+// /sys/class/nvme/nvmeX/kato: the keep-alive timeout in seconds (Linux 5.x and later); 0 when
+// the attribute is missing, and the volume then holds writes for its fence bound only.
+uint32_t read_kato_ms(const std::string& ctrl) {
+  std::ifstream in("/sys/class/nvme/" + ctrl + "/kato");
+  unsigned long s = 0;
+  if (!(in >> s)) return 0;
+  return static_cast<uint32_t>(std::min<unsigned long>(s, 3600) * 1000);
+}
+
 // A kernel path in multipath=N mode: the controller's admin commands on /dev/nvmeX (io_uring
 // passthrough, the ioctl as fallback), I/O by io_uring passthrough on the namespace's /dev/ngXnY.
 class KernelEndpoint final : public PathEndpoint {
@@ -19,22 +29,31 @@ class KernelEndpoint final : public PathEndpoint {
   KernelEndpoint(std::string device, KernelController ctrl, uring::AdminDevice admin, ControllerInfo info,
                  uint32_t nsid)
       : device_(std::move(device)), ctrl_(std::move(ctrl)), admin_(std::move(admin)),
-        info_(std::move(info)), nsid_(nsid) {}
+        info_(std::move(info)), nsid_(nsid) {
+    kato_ms_ = read_kato_ms(ctrl_.name);
+  }
 
   const ControllerInfo& info() const noexcept override { return info_; }
   std::optional<uint32_t> fixed_nsid() const noexcept override { return nsid_; }
   Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return admin_.identify_namespace(nsid); }
   Result<std::vector<uint32_t>> active_namespaces() override { return std::vector<uint32_t>{nsid_}; }
   Result<AnaLog> ana_log() override { return admin_.ana_log(); }
-  Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& r, uint32_t depth) override {
+  // Opening the device and registering it with the ring are quick and belong to the ring's
+  // thread, so all of it happens in start().
+  Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int) override {
     uring::QpConfig qc;
     qc.device = device_;
     qc.depth = depth ? depth : 128;
-    auto qp = uring::QueuePair::open(r, qc);
-    if (!qp) return qp.error();
-    (*qp)->start();
-    return std::unique_ptr<QueuePair>(std::move(*qp));
+    Reactor* reactor = &r;
+    return PreparedQueue{[reactor, qc]() -> Result<std::unique_ptr<QueuePair>> {
+      auto qp = uring::QueuePair::open(*reactor, qc);
+      if (!qp) return qp.error();
+      (*qp)->start();
+      return std::unique_ptr<QueuePair>(std::move(*qp));
+    }};
   }
+  // The kernel host's keep-alive timeout (sysfs, seconds), read once at open.
+  uint32_t kato_ms() const noexcept override { return kato_ms_; }
   bool has_async_events() const noexcept override { return false; }
   void on_async_event(std::function<void(uint32_t)>) override {}
   void on_failure(std::function<void(std::error_code)>) override {}
@@ -57,6 +76,7 @@ class KernelEndpoint final : public PathEndpoint {
   uring::AdminDevice admin_;
   ControllerInfo info_;
   uint32_t nsid_;
+  uint32_t kato_ms_ = 0;
 };
 
 }  // namespace

@@ -20,9 +20,17 @@ bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
 }
 
+// Whether a command may still have executed (or may yet execute) on the controller: our
+// transport failed under it (host pathing error), or the host's error recovery aborted it (the
+// kernel completes the commands it cancels so; Linux uses both).
+bool outcome_unknown(NvmeStatus st) noexcept {
+  return st.sct() == Sct::path && (st.sc() == 0x70 || st.sc() == 0x71);
+}
+
 }  // namespace
 
 void AttemptList::push_back(Attempt* a) noexcept {
+  a->list = this;
   a->next = nullptr;
   a->prev = tail;
   if (tail) tail->next = a;
@@ -37,6 +45,7 @@ void AttemptList::remove(Attempt* a) noexcept {
   if (a->next) a->next->prev = a->prev;
   else tail = a->prev;
   a->prev = a->next = nullptr;
+  a->list = nullptr;
   --size;
 }
 
@@ -73,14 +82,7 @@ Result<void> Lane::start() {
     }
     reactor_ = std::move(*r);
     reactor_->add_poller(&Lane::poll_hook, this);
-    for (size_t p = 0; p < paths_.size(); ++p) {
-      auto& sp = *vol_.paths_[p];
-      if (sp.state.load(std::memory_order_acquire) != PathState::live) continue;
-      if (auto a = attach_path(static_cast<int>(p), sp.generation.load()); !a) {
-        std::fprintf(stderr, "nvmeof: path %s: I/O queue for reactor %d: %s\n",
-                     sp.addr.to_string().c_str(), index_, a.error().message().c_str());
-      }
-    }
+    // Queue pairs arrive later, connected off this thread (VolumeImpl::attach_all).
     ready_.store(true, std::memory_order_release);
     ready.set_value({});
     run();
@@ -290,22 +292,29 @@ void Lane::on_complete(IoRequest& req, const Cqe& cqe) noexcept {
 
 void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   auto& lp = *paths_[static_cast<size_t>(a.path)];
-  lp.inflight.remove(&a);
-  lp.outstanding_bytes -= a.bytes;
+  // A completion from a queue pair this lane has already left behind (closed, or replaced by a
+  // reconnect) says nothing about the pair that took its place.
+  const bool current = a.generation == lp.generation;
+  const bool counted = a.list == &lp.inflight;
+  if (a.list) a.list->remove(&a);
+  if (counted) lp.outstanding_bytes -= a.bytes;
   const NvmeStatus st = cqe.status();
   const uint64_t now = Reactor::clock_ns();
   if (st.is_success()) {
-    const uint64_t lat = now - a.issue_ns;
-    const double dlat = static_cast<double>(lat);
-    lp.latency_ns = lp.latency_ns == 0 ? dlat : lp.latency_ns + kEwma * (dlat - lp.latency_ns);
-    if (lat) {
-      // Per-command bandwidth: queueing shows up in the latency, so a busier path looks slower
-      // and the service-time selector spreads the load instead of feeding one path.
-      const double bw = static_cast<double>(std::max<uint32_t>(a.bytes, 512)) / dlat;
-      lp.bytes_per_ns = lp.bytes_per_ns == 0 ? bw : lp.bytes_per_ns + kEwma * (bw - lp.bytes_per_ns);
+    if (current) {
+      const uint64_t lat = now - a.issue_ns;
+      const double dlat = static_cast<double>(lat);
+      lp.latency_ns = lp.latency_ns == 0 ? dlat : lp.latency_ns + kEwma * (dlat - lp.latency_ns);
+      if (lat) {
+        // Per-command bandwidth: queueing shows up in the latency, so a busier path looks slower
+        // and the service-time selector spreads the load instead of feeding one path.
+        const double bw = static_cast<double>(std::max<uint32_t>(a.bytes, 512)) / dlat;
+        lp.bytes_per_ns = lp.bytes_per_ns == 0 ? bw : lp.bytes_per_ns + kEwma * (bw - lp.bytes_per_ns);
+      }
+      lp.last_completion_ns = now;
+      lp.last_completed_issue_ns = std::max(lp.last_completed_issue_ns, a.issue_ns);
+      lp.latency.record(lat);
     }
-    lp.last_completion_ns = now;
-    lp.latency.record(lat);
     lp.ios.store(lp.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     lp.bytes.store(lp.bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
     if (a.event >= 0 && a.exclude >= 0) stamp_event(a.exclude, a.event, true, a.io->op);
@@ -327,7 +336,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   if (d.action != RetryAction::complete && now - a.io->start_ns > vol_.no_path_timeout_ns())
     d.action = RetryAction::fail;
   if (d.refresh_ana) vol_.request_ana_refresh();
-  if (d.path_failed && lp.qp && lp.qp->state() == QpState::live)
+  if (d.path_failed && current && lp.qp && lp.qp->state() == QpState::live)
     fail_path_here(a.path, "controller reported " + to_string(st));
   auto& sp = *vol_.paths_[static_cast<size_t>(a.path)];
   switch (d.action) {
@@ -352,13 +361,14 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   a.exclude = a.path;
   a.event = sp.event.load(std::memory_order_relaxed);
-  // A command whose fate is unknown (the transport died under it) may still execute on the
-  // target. A write moves only once its old connection is torn down and the target's quiesce
-  // time has passed since; a read moves at once (its buffer is ours again: the pair completed it
-  // only after no socket operation could still write into it).
-  if (st.code() == status::kHostPathError.code() && mutates(a.io->op)) {
-    const uint64_t teardown = lp.teardown_ns ? lp.teardown_ns : now;
-    a.release_ns = teardown + sp.fence_ns.load(std::memory_order_relaxed);
+  // A command whose fate is unknown may still execute on the old controller. A read moves at
+  // once (its buffer is ours again: the pair completed it only after no socket operation could
+  // still write into it). A write moves only once that controller provably can execute nothing
+  // more (FailoverMachine's rules, published as fenced_through), or, when the controller itself
+  // closed this queue pair, once its quiesce time has passed since.
+  if (outcome_unknown(st) && mutates(a.io->op)) {
+    a.release_ns = current && lp.peer_closed_ns ? lp.peer_closed_ns + sp.quiesce_ns.load(std::memory_order_relaxed)
+                                                : UINT64_MAX;
     fenced_.push_back(&a);
     return;
   }
@@ -397,20 +407,31 @@ uint64_t Lane::deadline_ns(const LanePath& lp) const noexcept {
   return std::clamp(derived, kMinDeadlineNs, kMaxDeadlineNs);
 }
 
+void Lane::orphan_inflight(LanePath& lp) noexcept {
+  while (Attempt* a = lp.inflight.pop_front()) orphans_.push_back(a);
+  lp.outstanding_bytes = 0;
+}
+
 void Lane::fail_path_here(int p, const std::string& cause) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   if (!lp.qp || lp.qp->state() != QpState::live) return;
   lp.teardown_ns = Reactor::clock_ns();
-  vol_.report_path_failure(p, lp.generation, cause, lp.teardown_ns);
-  lp.qp->close();
+  vol_.report_path_failure(p, lp.generation, cause, LossCause::local, lp.teardown_ns);
+  lp.qp->close();  // on_queue_failed moves its commands to the orphans
 }
 
 void Lane::on_queue_failed(QueuePair& qp, std::error_code why) noexcept {
   for (size_t p = 0; p < paths_.size(); ++p) {
     auto& lp = *paths_[p];
     if (lp.qp.get() != &qp) continue;
-    lp.teardown_ns = Reactor::clock_ns();
-    vol_.report_path_failure(static_cast<int>(p), lp.generation, why.message(), lp.teardown_ns);
+    const uint64_t now = Reactor::clock_ns();
+    const LossCause loss = classify_loss(why);
+    if (loss == LossCause::peer_closed) lp.peer_closed_ns = now;
+    if (!lp.teardown_ns) {
+      lp.teardown_ns = now;
+      vol_.report_path_failure(static_cast<int>(p), lp.generation, why.message(), loss, now);
+    }
+    orphan_inflight(lp);
     return;
   }
 }
@@ -422,16 +443,22 @@ void Lane::close_path(int p, uint64_t) {
   lp.qp->close();
 }
 
-Result<void> Lane::attach_path(int p, uint32_t generation) {
-  auto& sp = *vol_.paths_[static_cast<size_t>(p)];
-  auto q = sp.ctrl->create_io_queue(*reactor_, vol_.opts_.connect.io_queue_depth);
+Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq) {
+  auto q = pq.start();
   if (!q) return q.error();
   auto& lp = *paths_[static_cast<size_t>(p)];
   (*q)->set_listener(this);
-  if (lp.qp) graveyard_.push_back(std::move(lp.qp));
+  if (lp.qp) {
+    if (lp.qp->state() == QpState::live) lp.qp->close();
+    orphan_inflight(lp);
+    graveyard_.push_back(std::move(lp.qp));
+  }
   lp.qp = std::move(*q);
   lp.generation = generation;
   lp.teardown_ns = 0;
+  lp.peer_closed_ns = 0;
+  lp.last_completion_ns = 0;
+  lp.last_completed_issue_ns = 0;
   return {};
 }
 
@@ -451,20 +478,24 @@ int Lane::turn() noexcept {
       ++i;
     }
   }
-  // A command past its deadline makes its path suspect; a suspect path that also completed
-  // nothing for a whole deadline is dead, and is torn down like a failed one (which is what
-  // frees the commands stuck on it). A path that is merely slow keeps completing and stays.
+  // Every command has a deadline. Past it, the path is dead when it also completed nothing for
+  // a whole deadline (silent), or when commands sent after it have completed (this one was
+  // lost); either way it is torn down like a failed one, which frees the commands stuck on it.
+  // A path that is merely slow keeps completing in order and stays.
   for (size_t p = 0; p < paths_.size(); ++p) {
     auto& lp = *paths_[p];
     if (!lp.inflight.head || !lp.qp || lp.qp->state() != QpState::live) continue;
+    const uint64_t deadline = deadline_ns(lp);
     const uint64_t oldest = lp.inflight.head->issue_ns;
+    if (now - oldest <= deadline) continue;
     const uint64_t silent_since = std::max(oldest, lp.last_completion_ns);
-    if (now - oldest > deadline_ns(lp) && now - silent_since > deadline_ns(lp)) {
-      char cause[64];
-      std::snprintf(cause, sizeof cause, "command deadline %.1f ms exceeded",
-                    static_cast<double>(deadline_ns(lp)) / 1e6);
-      fail_path_here(static_cast<int>(p), cause);
-    }
+    const bool silent = now - silent_since > deadline;
+    const bool lost = lp.last_completed_issue_ns > oldest;
+    if (!silent && !lost) continue;
+    char cause[80];
+    std::snprintf(cause, sizeof cause, "%s %.1f ms", silent ? "command deadline exceeded:" : "command lost, deadline",
+                  static_cast<double>(deadline) / 1e6);
+    fail_path_here(static_cast<int>(p), cause);
   }
   auto release = [&](AttemptList& list) {
     for (Attempt* a = list.head; a;) {
@@ -477,7 +508,18 @@ int Lane::turn() noexcept {
       a = next;
     }
   };
-  release(fenced_);
+  // Writes waiting for their old controller's fence: released by the fence itself, or by the
+  // quiesce time after the controller closed their queue pair.
+  for (Attempt* a = fenced_.head; a;) {
+    Attempt* next = a->next;
+    const auto& sp = *vol_.paths_[static_cast<size_t>(a->path)];
+    if (a->release_ns <= now || sp.fenced_through.load(std::memory_order_acquire) > a->generation) {
+      fenced_.remove(a);
+      issue(*a);
+      ++events;
+    }
+    a = next;
+  }
   release(delayed_);
   if (!waiting_.empty()) {
     refresh_views();

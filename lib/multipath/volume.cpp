@@ -34,7 +34,6 @@ VolumeImpl::VolumeImpl(const VolumeOptions& opts) : opts_(opts) {
     auto sp = std::make_unique<SharedPath>();
     sp->index = i++;
     sp->addr = a;
-    sp->backoff = opts.reconnect_min;
     paths_.push_back(std::move(sp));
   }
 }
@@ -88,19 +87,22 @@ Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds 
       if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
     }
   }
-  const uint16_t cqt = ctrl->info().cqt_ms;
-  uint64_t fence_ms = cqt;
-  if (fence_ms == 0)
-    fence_ms = opts_.fence_bound.count() > 0 ? static_cast<uint64_t>(opts_.fence_bound.count())
-                                             : opts_.connect.kato_ms;
+  const ControllerInfo& ci = ctrl->info();
+  PathFacts facts;
+  facts.times = hold_times(ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms,
+                           static_cast<uint32_t>(std::max<int64_t>(opts_.fence_bound.count(), 0)));
+  facts.can_reset_others = opts_.use_ccr && ctrl->can_reset_others();
+  facts.can_be_reset = opts_.use_ccr && sp.addr.transport != Transport::passthrough;
+  facts.ccrl = ci.ccrl;
   if (!have_ns_) {
     ns_ = info;
     have_ns_ = true;
   }
   sp.nsid = nsid;
-  sp.cqt_ms = cqt;
-  sp.crdt_100ms = ctrl->info().crdt_100ms;
-  sp.fence_ns.store(fence_ms * 1'000'000ull);
+  sp.cqt_ms = ci.cqt_ms;
+  sp.crdt_100ms = ci.crdt_100ms;
+  sp.facts = facts;
+  sp.quiesce_ns.store(facts.times.quiesce_ns);
   sp.anagrpid.store(info.anagrpid);
   sp.ana.store(ana);
   sp.ctrl = std::move(ctrl);
@@ -111,7 +113,8 @@ Result<void> VolumeImpl::open() {
   if (paths_.empty() || opts_.connect.subnqn.empty() || opts_.reactors == 0)
     return Errc::invalid_argument;
   open_ns_ = Reactor::clock_ns();
-  ctl_thread_ = std::thread([this] { ctx_.run(); });
+  FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max};
+  machine_ = std::make_unique<FailoverMachine>(*this, paths_.size(), timing, opts_.fence);
 
   std::error_code first_error;
   bool any = false;
@@ -139,16 +142,52 @@ Result<void> VolumeImpl::open() {
   for (auto& l : lanes_)
     if (auto r = l->start(); !r) return r.error();
   index_lanes();
+  for (auto& sp : paths_) {
+    if (sp->state.load() != PathState::live) continue;
+    if (auto r = attach_all(sp->index, 0, kAttachTimeout); !r)
+      std::fprintf(stderr, "nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
+                   r.error().message().c_str());
+  }
+  ctl_thread_ = std::thread([this] { ctx_.run(); });
 
   for (auto& sp : paths_) {
-    if (sp->state.load() == PathState::live) watch_controller(sp->index);
-    else boost::asio::post(ctx_, [this, i = sp->index] { schedule_reconnect(i, opts_.reconnect_min); });
+    const bool live = sp->state.load() == PathState::live;
+    if (live) watch_controller(sp->index);
+    boost::asio::post(ctx_, [this, i = sp->index, live, f = sp->facts] {
+      if (live) machine_->opened(i, f);
+      else machine_->unreachable_at_open(i);
+    });
   }
   // Keep polling ANA while a path is in a state that should not last (change, inaccessible):
   // an event may be lost when two changes come faster than the AER is re-armed.
   boost::asio::post(ctx_, [this] { ana_poll(); });
   accepting_.store(true, std::memory_order_release);
   return {};
+}
+
+Result<void> VolumeImpl::attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  Result<void> result;
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    auto q = sp.ctrl->prepare_io_queue(lane->reactor(), opts_.connect.io_queue_depth, lane->node());
+    if (!q) {
+      std::fprintf(stderr, "nvmeof: path %s: I/O queue for reactor: %s\n", sp.addr.to_string().c_str(),
+                   q.error().message().c_str());
+      if (result) result = q.error();
+      continue;
+    }
+    auto pq = std::make_shared<PreparedQueue>(std::move(*q));
+    auto pr = std::make_shared<std::promise<std::error_code>>();
+    auto fut = pr->get_future();
+    lane->post([lane, pr, pq, path, generation] { pr->set_value(lane->attach_prepared(path, generation, *pq).error()); });
+    if (fut.wait_for(timeout) != std::future_status::ready) {
+      if (result) result = Errc::timeout;
+      continue;
+    }
+    if (auto ec = fut.get(); ec && result) result = ec;
+  }
+  return result;
 }
 
 void VolumeImpl::ana_poll() {
@@ -166,7 +205,8 @@ void VolumeImpl::ana_poll() {
       const uint32_t gen = sp->generation.load();
       boost::asio::post(pool_, [this, i, gen, ctrl = sp->ctrl] {
         if (auto ec = ctrl->health())
-          report_path_failure(i, gen, "kernel controller: " + ec.message(), Reactor::clock_ns());
+          report_path_failure(i, gen, "kernel controller: " + ec.message(), LossCause::local,
+                              Reactor::clock_ns());
       });
     }
   }
@@ -184,73 +224,113 @@ void VolumeImpl::watch_controller(int path) {
     if (is_ana_change_notice(dw0)) request_ana_refresh();
   });
   sp.ctrl->on_failure([this, path, gen](std::error_code ec) {
-    report_path_failure(path, gen, "admin queue: " + ec.message(), Reactor::clock_ns());
+    report_path_failure(path, gen, "admin queue: " + ec.message(), classify_loss(ec), Reactor::clock_ns());
   });
 }
 
-void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, uint64_t detect_ns) {
+void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+                                     uint64_t detect_ns) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   {
     std::lock_guard lock(timeline_mu_);
-    if (sp.generation.load() != generation || sp.reported_generation == generation ||
-        sp.state.load() != PathState::live)
-      return;
-    sp.reported_generation = generation;
-    FailoverEvent e;
-    e.path = path;
-    e.cause = cause;
-    e.detect_ns = detect_ns;
-    timeline_.push_back(std::move(e));
-    sp.event.store(static_cast<int>(timeline_.size() - 1));
+    if (sp.generation.load() != generation) return;
+    // The first report of a generation opens its failover; later ones (another lane, the admin
+    // queue) only tell the machine more, e.g. that the controller closed on us.
+    if (sp.reported_generation != generation && sp.state.load() == PathState::live) {
+      sp.reported_generation = generation;
+      FailoverEvent e;
+      e.path = path;
+      e.cause = cause;
+      e.detect_ns = detect_ns;
+      timeline_.push_back(std::move(e));
+      sp.event.store(static_cast<int>(timeline_.size() - 1));
+    }
   }
-  boost::asio::post(ctx_, [this, path, generation, cause = std::move(cause), detect_ns] {
-    on_path_failed(path, generation, cause, detect_ns);
+  boost::asio::post(ctx_, [this, path, generation, cause = std::move(cause), loss, detect_ns] {
+    if (stopping_.load()) return;
+    auto& s = *paths_[static_cast<size_t>(path)];
+    // The lanes stop choosing the path the moment the state says failed.
+    if (!machine_->on_failure(path, generation, loss, detect_ns)) return;
+    s.failovers.fetch_add(1);
+    std::fprintf(stderr, "nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
   });
 }
 
-void VolumeImpl::on_path_failed(int path, uint32_t generation, const std::string& cause, uint64_t detect_ns) {
+// ---- FailoverEnv: what the machine asks for, on the control thread ---------------------------
+
+uint64_t VolumeImpl::now_ns() { return Reactor::clock_ns(); }
+
+void VolumeImpl::arm_timer(int path, uint64_t at_ns, uint64_t token) {
+  const uint64_t now = Reactor::clock_ns();
+  auto t = std::make_shared<boost::asio::steady_timer>(
+      ctx_, std::chrono::nanoseconds(at_ns > now ? at_ns - now : 0));
+  t->async_wait([this, t, path, token](const boost::system::error_code& ec) {
+    if (ec || stopping_.load()) return;
+    machine_->on_timer(path, token);
+  });
+}
+
+void VolumeImpl::close_lanes(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
-  if (stopping_.load() || sp.generation.load() != generation) return;
   sp.state.store(PathState::failed, std::memory_order_release);
-  sp.failovers.fetch_add(1);
-  std::fprintf(stderr, "nvmeof: path %s failed: %s\n", sp.addr.to_string().c_str(), cause.c_str());
   for (auto& l : lanes_) {
     Lane* lane = l.get();
     lane->post([lane, path] { lane->close_path(path, Reactor::clock_ns()); });
   }
-  if (auto ctrl = sp.ctrl) boost::asio::post(pool_, [ctrl] { ctrl->fence(); });
-  // Fenced once the connection is down and the quiesce time has passed: from then on nothing
-  // sent on this path can still execute, and a reconnect cannot resurrect old commands.
-  const uint64_t now = Reactor::clock_ns();
-  const uint64_t fence_at = detect_ns + sp.fence_ns.load();
-  auto t = std::make_shared<boost::asio::steady_timer>(
-      ctx_, std::chrono::nanoseconds(fence_at > now ? fence_at - now : 0));
-  t->async_wait([this, t, path, generation](const boost::system::error_code& ec) {
-    auto& s = *paths_[static_cast<size_t>(path)];
-    if (ec || stopping_.load() || s.generation.load() != generation) return;
-    s.state.store(PathState::fenced, std::memory_order_release);
-    {
-      std::lock_guard lock(timeline_mu_);
-      const int e = s.event.load();
-      if (e >= 0) {
-        auto& ev = timeline_[static_cast<size_t>(e)];
-        ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
-      }
-    }
-    s.backoff = opts_.reconnect_min;
-    schedule_reconnect(path, std::chrono::milliseconds(0));
+}
+
+void VolumeImpl::fence_endpoint(int path) {
+  if (auto ctrl = paths_[static_cast<size_t>(path)]->ctrl) boost::asio::post(pool_, [ctrl] { ctrl->fence(); });
+}
+
+void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
+  auto& f = *paths_[static_cast<size_t>(failed)];
+  auto& v = *paths_[static_cast<size_t>(via)];
+  if (!f.ctrl || !v.ctrl) {
+    boost::asio::post(ctx_, [this, failed, via, generation] { machine_->on_ccr_done(failed, via, generation, false); });
+    return;
+  }
+  // The failed controller's identity as it was when it failed (a reconnect replaces f.ctrl only
+  // after the fence, and this copy does not care).
+  const ControllerInfo impacted = f.ctrl->info();
+  const auto timeout = opts_.ccr_timeout.count() > 0
+                           ? opts_.ccr_timeout
+                           : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::nanoseconds(f.facts.times.hold_ns)) + std::chrono::milliseconds(1);
+  const uint64_t t0 = Reactor::clock_ns();
+  boost::asio::post(pool_, [this, failed, via, generation, impacted, timeout, t0, vctrl = v.ctrl] {
+    auto r = vctrl->cross_controller_reset(impacted, timeout);
+    const double ms = static_cast<double>(Reactor::clock_ns() - t0) / 1e6;
+    if (r)
+      std::fprintf(stderr, "nvmeof: path %s: controller %u reset through path %s in %.1f ms\n",
+                   paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(), impacted.cntlid,
+                   paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), ms);
+    else
+      std::fprintf(stderr, "nvmeof: path %s: cross-controller reset through path %s: %s\n",
+                   paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(),
+                   paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), r.error().message().c_str());
+    boost::asio::post(ctx_, [this, failed, via, generation, ok = r.has_value()] {
+      if (!stopping_.load()) machine_->on_ccr_done(failed, via, generation, ok);
+    });
   });
 }
 
-void VolumeImpl::schedule_reconnect(int path, std::chrono::milliseconds delay) {
+void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
+  auto& s = *paths_[static_cast<size_t>(path)];
+  s.fenced_through.store(generation + 1, std::memory_order_release);
+  s.state.store(PathState::fenced, std::memory_order_release);
+  std::lock_guard lock(timeline_mu_);
+  const int e = s.event.load();
+  if (e >= 0) {
+    auto& ev = timeline_[static_cast<size_t>(e)];
+    ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
+    ev.fence_rule = to_string(rule);
+  }
+}
+
+void VolumeImpl::start_connect(int path) {
   if (stopping_.load()) return;
-  auto t = std::make_shared<boost::asio::steady_timer>(ctx_, delay);
-  t->async_wait([this, t, path](const boost::system::error_code& ec) {
-    auto& sp = *paths_[static_cast<size_t>(path)];
-    if (ec || stopping_.load() || sp.connect_in_progress) return;
-    sp.connect_in_progress = true;
-    boost::asio::post(pool_, [this, path] { try_connect(path); });
-  });
+  boost::asio::post(pool_, [this, path] { try_connect(path); });
 }
 
 void VolumeImpl::try_connect(int path) {
@@ -258,41 +338,17 @@ void VolumeImpl::try_connect(int path) {
   if (stopping_.load()) return;
   const uint32_t next_gen = sp.generation.load() + 1;
   auto r = connect_path(sp, kReconnectTimeout);
-  if (r) {
-    std::vector<std::future<std::error_code>> attached;
-    for (auto& l : lanes_) {
-      auto pr = std::make_shared<std::promise<std::error_code>>();
-      attached.push_back(pr->get_future());
-      Lane* lane = l.get();
-      lane->post([lane, pr, path, next_gen] { pr->set_value(lane->attach_path(path, next_gen).error()); });
-    }
-    for (auto& f : attached) {
-      if (f.wait_for(kAttachTimeout) != std::future_status::ready) {
-        r = Errc::timeout;
-        break;
-      }
-      if (auto ec = f.get(); ec && r) r = ec;
-    }
-  }
-  boost::asio::post(ctx_, [this, path, ok = r.has_value()] {
-    auto& s = *paths_[static_cast<size_t>(path)];
-    s.connect_in_progress = false;
-    if (stopping_.load()) return;
-    if (ok) {
-      apply_connected(path);
-      return;
-    }
-    s.backoff = std::min(opts_.reconnect_max, std::max(opts_.reconnect_min, s.backoff * 2));
-    schedule_reconnect(path, s.backoff);
+  if (r) r = attach_all(path, next_gen, kAttachTimeout);
+  boost::asio::post(ctx_, [this, path, ok = r.has_value(), facts = sp.facts] {
+    if (!stopping_.load()) machine_->on_connect_done(path, ok, facts);
   });
 }
 
-void VolumeImpl::apply_connected(int path) {
+void VolumeImpl::publish_live(int path, uint32_t generation) {
   auto& sp = *paths_[static_cast<size_t>(path)];
-  sp.generation.fetch_add(1);
+  sp.generation.store(generation);
   sp.state.store(PathState::live, std::memory_order_release);
   sp.reconnects.fetch_add(1);
-  sp.backoff = opts_.reconnect_min;
   {
     std::lock_guard lock(timeline_mu_);
     const int e = sp.event.load();

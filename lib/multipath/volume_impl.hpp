@@ -17,6 +17,7 @@
 #include "core/mpsc_ring.hpp"
 #include "control/endpoint.hpp"
 #include "core/node_memory.hpp"
+#include "multipath/failover_machine.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/queue_pair.hpp"
@@ -28,33 +29,40 @@ namespace nvmeof::detail {
 
 /// One path as the whole volume sees it.
 ///
-/// Threading: `state`, `ana`, `generation`, `fence_ns` and `event` are written by the control
-/// thread only and read by the lanes with relaxed loads. A stale read is safe: an I/O sent to a
-/// path that just failed or turned inaccessible comes back with a transport or path status and
-/// is retried by the decision table; a lane never uses a queue pair from an older generation.
-/// The other fields belong to the control thread.
+/// Threading: `state`, `ana`, `generation`, `quiesce_ns`, `fenced_through` and `event` are
+/// written by the control thread only and read by the lanes with relaxed (or acquire) loads. A
+/// stale read is safe: an I/O sent to a path that just failed or turned inaccessible comes back
+/// with a transport or path status and is retried by the decision table; a lane never uses a
+/// queue pair from an older generation; a write waiting for its fence that reads an old
+/// `fenced_through` only waits one more turn (the value only grows). The fields under "control
+/// thread only" belong to the control thread and the connect pool task it started (never both
+/// at once: a path has one connect or CCR task at a time).
 struct SharedPath {
   int index = 0;
   TransportAddress addr;
   std::atomic<PathState> state{PathState::connecting};
   std::atomic<AnaState> ana{AnaState::optimized};
   std::atomic<uint32_t> generation{0};
-  std::atomic<uint64_t> fence_ns{0};     ///< CQT (or the configured bound) in ns
+  std::atomic<uint64_t> quiesce_ns{0};   ///< CQT (or the configured bound) in ns
+  /// Generation + 1 of the newest generation proven fenced (0: none): commands sent on a queue
+  /// pair of generation g can no longer execute once fenced_through > g.
+  std::atomic<uint32_t> fenced_through{0};
   std::atomic<int> event{-1};            ///< timeline index of the open failover, -1 none
   std::atomic<uint32_t> anagrpid{0};
   // -- control thread only --
   std::shared_ptr<PathEndpoint> ctrl;  ///< a fabric controller or a kernel path
+  PathFacts facts;                     ///< what the failover machine knows of its controller
   uint32_t nsid = 0;
   uint16_t cqt_ms = 0;
   std::array<uint16_t, 3> crdt_100ms{};
-  std::chrono::milliseconds backoff{0};
-  bool connect_in_progress = false;
   uint32_t reported_generation = UINT32_MAX;  // guarded by VolumeImpl::timeline_mu_
   std::atomic<uint64_t> failovers{0};
   std::atomic<uint64_t> reconnects{0};
 };
 
 class VolumeImpl;
+
+struct AttemptList;
 
 /// One in-flight piece of a VolumeIo on one path.
 struct Attempt {
@@ -71,6 +79,7 @@ struct Attempt {
   uint32_t attempts = 0;     // submissions made so far
   int event = -1;            // failover this piece was moved by
   int exclude = -1;          // path to avoid on the next issue
+  AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
   Attempt* next = nullptr;
 };
@@ -96,7 +105,9 @@ struct LanePath {
   double latency_ns = 0;     // EWMA of completion latency
   double bytes_per_ns = 0;   // EWMA of delivered bandwidth
   uint64_t teardown_ns = 0;  // when this lane's connection was torn down
+  uint64_t peer_closed_ns = 0;  // when the controller closed this generation's queue pair, 0 if not
   uint64_t last_completion_ns = 0;
+  uint64_t last_completed_issue_ns = 0;  // newest issue time among completed commands
   int stamped_resubmit = -1; // failover events whose timeline this lane already stamped
   int stamped_success = -1;
   std::atomic<uint64_t> ios{0};
@@ -123,9 +134,10 @@ class Lane final : public QueuePairListener {
 
   // Messages from the control thread (run on the lane thread through Reactor::post).
   void post(std::function<void()> fn);
-  /// Connects a queue pair for `path` on this lane's thread (blocking set-up), for `generation`.
-  Result<void> attach_path(int path, uint32_t generation);
+  /// Lane thread: starts a queue pair prepared off this thread for `path` and `generation`.
+  Result<void> attach_prepared(int path, uint32_t generation, PreparedQueue& q);
   void close_path(int path, uint64_t now_ns);
+  Reactor& reactor() noexcept { return *reactor_; }
 
   struct Snapshot {
     std::vector<LatencyHistogram> latency;
@@ -151,6 +163,7 @@ class Lane final : public QueuePairListener {
   void issue(Attempt& a) noexcept;
   void finish_piece(Attempt& a, NvmeStatus st) noexcept;
   void fail_path_here(int p, const std::string& cause) noexcept;
+  void orphan_inflight(LanePath& lp) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
   void refresh_views() noexcept;
   uint64_t deadline_ns(const LanePath& lp) const noexcept;
@@ -179,10 +192,11 @@ class Lane final : public QueuePairListener {
   AttemptList waiting_;        // no usable path
   AttemptList fenced_;         // writes waiting for their old path's fence
   AttemptList delayed_;        // CRD delay or queue full
+  AttemptList orphans_;        // in flight on a queue pair that was closed or replaced
   std::atomic<uint64_t> inflight_total_{0};
 };
 
-class VolumeImpl {
+class VolumeImpl : public FailoverEnv {
  public:
   explicit VolumeImpl(const VolumeOptions& opts);
   ~VolumeImpl();
@@ -191,7 +205,8 @@ class VolumeImpl {
   void shutdown();
 
   // Control-thread events (any thread may call; they post to the control context).
-  void report_path_failure(int path, uint32_t generation, std::string cause, uint64_t detect_ns);
+  void report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+                           uint64_t detect_ns);
   void request_ana_refresh();
 
   uint32_t attempts_per_io() const noexcept { return opts_.max_attempts; }
@@ -226,11 +241,21 @@ class VolumeImpl {
   std::vector<FailoverEvent> timeline_;
 
  private:
-  void on_path_failed(int path, uint32_t generation, const std::string& cause, uint64_t detect_ns);
-  void schedule_reconnect(int path, std::chrono::milliseconds delay);
+  // FailoverEnv (control thread).
+  uint64_t now_ns() override;
+  void arm_timer(int path, uint64_t at_ns, uint64_t token) override;
+  void close_lanes(int path) override;
+  void fence_endpoint(int path) override;
+  void start_ccr(int failed, int via, uint32_t generation) override;
+  void publish_fenced(int path, uint32_t generation, FenceRule rule) override;
+  void start_connect(int path) override;
+  void publish_live(int path, uint32_t generation) override;
+
   void try_connect(int path);  // on the connect pool
   Result<void> connect_path(SharedPath& sp, std::chrono::milliseconds timeout);
-  void apply_connected(int path);
+  /// Prepares a queue pair of `path` for every lane on the calling thread (never a lane) and
+  /// starts each on its lane, waiting up to `timeout` for each.
+  Result<void> attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout);
   void refresh_ana_now();
   void ana_poll();
   void watch_controller(int path);
@@ -238,7 +263,10 @@ class VolumeImpl {
   boost::asio::io_context ctx_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{ctx_.get_executor()};
   std::thread ctl_thread_;
-  boost::asio::thread_pool pool_{2};
+  std::unique_ptr<FailoverMachine> machine_;  // control thread only (built in open())
+  // Blocking work: connects, CCRs, admin reads. Four threads, so that a reconnect hanging on a
+  // partitioned path never delays the CCR that lets the writes of that path move.
+  boost::asio::thread_pool pool_{4};
   std::atomic<bool> ana_refresh_pending_{false};
   std::atomic<bool> stopping_{false};
 };

@@ -1,0 +1,173 @@
+#include "multipath/failover_machine.hpp"
+
+#include <algorithm>
+#include <cerrno>
+
+namespace nvmeof::detail {
+
+const char* to_string(FenceRule r) noexcept {
+  switch (r) {
+    case FenceRule::none: return "none";
+    case FenceRule::ccr: return "ccr";
+    case FenceRule::peer_closed: return "peer closed";
+    case FenceRule::time: return "time";
+    case FenceRule::skipped: return "skipped (unsafe)";
+  }
+  return "unknown";
+}
+
+LossCause classify_loss(std::error_code why) noexcept {
+  if (why == make_error_code(Errc::connection_closed) || why == make_error_code(Errc::connection_reset) ||
+      why == make_error_code(Errc::peer_terminated))
+    return LossCause::peer_closed;
+  if (why.category() == std::system_category() && (why.value() == ECONNRESET || why.value() == EPIPE))
+    return LossCause::peer_closed;
+  return LossCause::local;
+}
+
+HoldTimes hold_times(uint32_t kato_ms, bool traffic_based_keep_alive, uint16_t cqt_ms,
+                     uint32_t bound_ms) noexcept {
+  constexpr uint64_t kMs = 1'000'000;
+  HoldTimes t;
+  const uint64_t quiesce_ms = cqt_ms ? cqt_ms : (bound_ms ? bound_ms : kato_ms);
+  t.quiesce_ns = quiesce_ms * kMs;
+  t.hold_ns = (traffic_based_keep_alive ? 3u : 2u) * static_cast<uint64_t>(kato_ms) * kMs + t.quiesce_ns;
+  return t;
+}
+
+FailoverMachine::FailoverMachine(FailoverEnv& env, size_t npaths, Timing timing, FenceMode mode)
+    : env_(env), timing_(timing), mode_(mode), paths_(npaths) {
+  for (auto& p : paths_) {
+    p.backoff = timing_.reconnect_min;
+    p.ccr_tried.assign(npaths, false);
+  }
+}
+
+void FailoverMachine::opened(int path, const PathFacts& facts) {
+  auto& p = paths_[idx(path)];
+  p.state = PathState::live;
+  p.facts = facts;
+}
+
+void FailoverMachine::unreachable_at_open(int path) {
+  auto& p = paths_[idx(path)];
+  p.state = PathState::fenced;  // nothing was ever sent on it
+  env_.arm_timer(path, env_.now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(timing_.reconnect_min).count()),
+                 token(TimerKind::reconnect, p.generation));
+}
+
+bool FailoverMachine::on_failure(int path, uint32_t generation, LossCause cause, uint64_t detect_ns) {
+  auto& p = paths_[idx(path)];
+  if (generation != p.generation) return false;
+  if (p.state == PathState::failed) {
+    // Already failing on a silent-path report: the controller closing on us proves more, sooner.
+    if (cause == LossCause::peer_closed && mode_ == FenceMode::safe) {
+      const uint64_t at = detect_ns + p.facts.times.quiesce_ns;
+      if (at < p.peer_fence_at && at < p.detect_ns + p.facts.times.hold_ns) {
+        p.peer_fence_at = at;
+        env_.arm_timer(path, at, token(TimerKind::peer_quiesce, generation));
+      }
+    }
+    return false;
+  }
+  if (p.state != PathState::live) return false;
+  p.state = PathState::failed;
+  p.rule = FenceRule::none;
+  p.detect_ns = detect_ns;
+  p.peer_fence_at = UINT64_MAX;
+  std::fill(p.ccr_tried.begin(), p.ccr_tried.end(), false);
+  env_.close_lanes(path);
+  env_.fence_endpoint(path);
+  if (mode_ == FenceMode::skip_unsafe) {
+    fence(path, FenceRule::skipped);
+    return true;
+  }
+  if (cause == LossCause::peer_closed) {
+    p.peer_fence_at = detect_ns + p.facts.times.quiesce_ns;
+    env_.arm_timer(path, p.peer_fence_at, token(TimerKind::peer_quiesce, generation));
+    return true;
+  }
+  // The time rule always stands behind CCR: a reset that fails or never answers costs the hold.
+  env_.arm_timer(path, detect_ns + p.facts.times.hold_ns, token(TimerKind::hold, generation));
+  if (p.facts.can_be_reset) try_ccr(path);
+  return true;
+}
+
+bool FailoverMachine::try_ccr(int failed) {
+  auto& f = paths_[idx(failed)];
+  for (size_t v = 0; v < paths_.size(); ++v) {
+    auto& via = paths_[v];
+    if (static_cast<int>(v) == failed || f.ccr_tried[v] || via.state != PathState::live ||
+        !via.facts.can_reset_others || via.ccr_out >= via.facts.ccrl)
+      continue;
+    f.ccr_tried[v] = true;
+    ++via.ccr_out;
+    env_.start_ccr(failed, static_cast<int>(v), f.generation);
+    return true;
+  }
+  return false;
+}
+
+void FailoverMachine::on_ccr_done(int failed, int via, uint32_t generation, bool ok) {
+  auto& v = paths_[idx(via)];
+  if (v.ccr_out > 0) --v.ccr_out;
+  auto& f = paths_[idx(failed)];
+  if (f.state != PathState::failed || f.generation != generation) return;
+  if (ok) {
+    fence(failed, FenceRule::ccr);
+    return;
+  }
+  try_ccr(failed);  // another controller may do better; the hold timer is armed regardless
+}
+
+void FailoverMachine::on_timer(int path, uint64_t tok) {
+  auto& p = paths_[idx(path)];
+  const auto kind = static_cast<TimerKind>(tok & 0xff);
+  const auto generation = static_cast<uint32_t>(tok >> 8);
+  if (generation != p.generation) return;
+  switch (kind) {
+    case TimerKind::hold:
+      if (p.state == PathState::failed) fence(path, FenceRule::time);
+      return;
+    case TimerKind::peer_quiesce:
+      if (p.state == PathState::failed) fence(path, FenceRule::peer_closed);
+      return;
+    case TimerKind::reconnect:
+      if (p.state == PathState::fenced && !p.connecting) connect(path);
+      return;
+  }
+}
+
+void FailoverMachine::fence(int path, FenceRule rule) {
+  auto& p = paths_[idx(path)];
+  p.state = PathState::fenced;
+  p.rule = rule;
+  env_.publish_fenced(path, p.generation, rule);
+  p.backoff = timing_.reconnect_min;
+  connect(path);
+}
+
+void FailoverMachine::connect(int path) {
+  auto& p = paths_[idx(path)];
+  p.connecting = true;
+  env_.start_connect(path);
+}
+
+void FailoverMachine::on_connect_done(int path, bool ok, const PathFacts& facts) {
+  auto& p = paths_[idx(path)];
+  p.connecting = false;
+  if (p.state != PathState::fenced) return;
+  if (ok) {
+    ++p.generation;
+    p.state = PathState::live;
+    p.facts = facts;
+    p.backoff = timing_.reconnect_min;
+    env_.publish_live(path, p.generation);
+    return;
+  }
+  p.backoff = std::min(timing_.reconnect_max, std::max(timing_.reconnect_min, p.backoff * 2));
+  env_.arm_timer(path, env_.now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(p.backoff).count()),
+                 token(TimerKind::reconnect, p.generation));
+}
+
+}  // namespace nvmeof::detail
