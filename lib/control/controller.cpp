@@ -386,7 +386,9 @@ void Controller::Impl::fail(std::error_code why) {
 
 void Controller::Impl::schedule_keep_alive() {
   if (kato == 0 || failed) return;
-  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(kato / 2, 1)));
+  // Four keep-alives per KATO, not two: with the shortest KATO (100 ms) a control thread held
+  // off for half of it on a loaded host must not let the controller's timer expire.
+  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(kato / 4, 1)));
   ka_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
     if (ec) return;
     auto self = w.lock();

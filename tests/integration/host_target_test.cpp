@@ -308,6 +308,25 @@ TEST_CASE("keep-alive holds an idle connection with KATO 1000 ms") {
   CHECK((*c)->identify_namespace(kNs4k));
 }
 
+TEST_CASE("by default the host asks for the shortest KATO the controller allows, and keeps it") {
+  Env env;
+  auto c = Controller::connect(*env.cp, env.addr, env.options());
+  REQUIRE(c);
+  CHECK((*c)->info().kas_100ms == 1);
+  CHECK((*c)->kato_ms() == 100);  // one KAS unit, set after Identify
+  std::atomic<bool> failed{false};
+  (*c)->on_failure([&](std::error_code) { failed = true; });
+  std::this_thread::sleep_for(1000ms);  // ten KATO periods of an idle admin queue
+  CHECK((*c)->is_live());
+  CHECK_FALSE(failed.load());
+  // An explicit KATO is rounded up to the granularity the controller counts in.
+  ConnectOptions o = env.options();
+  o.kato_ms = 250;
+  auto d = Controller::connect(*env.cp, env.addr, o);
+  REQUIRE(d);
+  CHECK((*d)->kato_ms() == 300);
+}
+
 TEST_CASE("connection errors: closed port, wrong NQN") {
   Env env;
   TransportAddress nowhere = env.addr;
@@ -367,7 +386,12 @@ TEST_CASE("reset: outstanding I/O completes with a host path error") {
 
 TEST_CASE("blackhole: commands do not complete, the pair stays live, close() completes them") {
   Env env;
-  auto ctrl = env.connect();
+  // A keep-alive timeout far beyond the test: it is about the queue pair, not keep-alive.
+  ConnectOptions o = env.options();
+  o.kato_ms = 10000;
+  auto c = Controller::connect(*env.cp, env.addr, o);
+  REQUIRE(c);
+  auto ctrl = *c;
   auto qpr = ctrl->create_io_queue(*env.reactor, 32);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;

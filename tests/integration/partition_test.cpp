@@ -7,12 +7,16 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../common/netns.hpp"
 #include "../common/verified_workload.hpp"
@@ -201,4 +205,223 @@ int main(int argc, char** argv) {
     return 77;
   }
   return Catch::Session().run(argc, argv);
+}
+
+// ---- ghost writes across a partition ---------------------------------------------------------
+//
+// A write W1 reaches the target on path 0, which holds it (delay_writes, honouring CQT); path 0
+// is then cut. The volume must not move W1 to path 1 until path 0's controller can no longer
+// execute it, or the held W1 could land after a newer write W2 to the same block. The block
+// must end holding W2, whichever rule fenced the path. The negative control skips the fence and
+// shows the stale write landing: the test catches it when the protection is gone.
+namespace {
+
+constexpr uint64_t kGhostLba = 7;
+
+struct GhostCase {
+  CcrSupport ccr = CcrSupport::enabled;
+  bool report_cqt = true;
+  uint32_t kato_ms = kKatoShortest;
+  std::chrono::milliseconds fence_bound{0};
+  FenceMode fence = FenceMode::safe;
+  std::chrono::milliseconds hold{300};  // how long the target holds W1
+};
+
+struct GhostResult {
+  uint64_t block_seq = 0;     // which write the block ends with (1: W0, 2: W1, 3: W2)
+  FailoverEvent event;
+  double w1_done_ms = 0;      // W1's completion, after the cut
+  uint32_t kato_ms = 0;       // path 0's KATO in force
+  PortStats port0;
+};
+
+// One write or read through the volume, waited for.
+NvmeStatus volume_io(Volume& vol, IoOp op, void* buf, uint64_t lba, std::chrono::milliseconds bound) {
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    NvmeStatus st{};
+  };
+  auto w = std::make_shared<Waiter>();
+  VolumeIo io;
+  io.op = op;
+  io.slba = lba;
+  io.nlb = 1;
+  io.buf = buf;
+  io.user = w.get();
+  io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+    auto* wt = static_cast<Waiter*>(i.user);
+    std::lock_guard lock(wt->mu);
+    wt->st = s;
+    wt->done = true;
+    wt->cv.notify_all();
+  };
+  REQUIRE(vol.submit(io) == 0);
+  std::unique_lock lock(w->mu);
+  // The I/O must complete (nothing hangs); a bound only ends a wait that failed anyway, and
+  // then the volume still owns `io`, so hold the frame until it is done.
+  if (!w->cv.wait_for(lock, bound, [&] { return w->done; })) {
+    FAIL_CHECK("I/O did not complete within its bound");
+    w->cv.wait(lock, [&] { return w->done; });
+  }
+  return w->st;
+}
+
+GhostResult run_ghost(const GhostCase& gc) {
+  test::PartitionNet net(2);
+  TargetOptions to;
+  to.ports.clear();
+  for (size_t i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.traddr = net.target_addr(i);
+    p.trsvcid = "0";
+    // Path 1 is non-optimized: everything goes to path 0 until it fails.
+    p.ana_state = i == 0 ? AnaState::optimized : AnaState::non_optimized;
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  to.cqt_ms = 10;
+  to.report_cqt = gc.report_cqt;
+  to.ccr = gc.ccr;
+  auto t = net.run_in_ns([&] { return Target::start(to); });
+  REQUIRE(t);
+  std::unique_ptr<Target> target = std::move(*t);
+  const std::string nqn = to.subsystems[0].nqn;
+
+  VolumeOptions vo;
+  for (size_t i = 0; i < 2; ++i) {
+    TransportAddress a;
+    a.traddr = net.target_addr(i);
+    a.trsvcid = std::to_string(target->port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = nqn;
+  vo.connect.kato_ms = gc.kato_ms;
+  vo.fence_bound = gc.fence_bound;
+  vo.fence = gc.fence;
+  vo.no_path_timeout = 20s;
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  std::unique_ptr<Volume> vol = std::move(*v);
+  const uint32_t bs = vol->block_size();
+
+  GhostResult res;
+  std::vector<uint8_t> w0(bs), w1(bs), w2(bs), back(bs);
+  test::fill_block(w0.data(), bs, kGhostLba, 1);
+  test::fill_block(w1.data(), bs, kGhostLba, 2);
+  test::fill_block(w2.data(), bs, kGhostLba, 3);
+  REQUIRE(volume_io(*vol, IoOp::write, w0.data(), kGhostLba, 5s).is_success());
+
+  target->delay_writes(0, gc.hold, QuiesceMode::honour);
+  const uint64_t writes_before = target->stats(0).writes;
+  // W1, asynchronously: it completes only after the failover.
+  // On the heap, and kept (leaked) should the test fail before W1 completes: the volume owns
+  // the I/O until then.
+  struct Pending {
+    VolumeIo io;
+    std::vector<uint8_t> buf;
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> done_ns{0};
+    NvmeStatus st{};
+  };
+  auto* pending = new Pending;
+  Pending& p1 = *pending;
+  p1.buf = w1;
+  p1.io.op = IoOp::write;
+  p1.io.slba = kGhostLba;
+  p1.io.nlb = 1;
+  p1.io.buf = p1.buf.data();
+  p1.io.user = pending;
+  p1.io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+    auto* p = static_cast<Pending*>(i.user);
+    p->st = s;
+    p->done_ns.store(Reactor::clock_ns());
+    p->done.store(true, std::memory_order_release);
+  };
+  REQUIRE(vol->submit(p1.io) == 0);
+  // Cut the link only once the target holds W1 (an event, not a guess at timing).
+  const auto until = Clock::now() + 5s;
+  while (target->stats(0).writes == writes_before && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  REQUIRE(target->stats(0).writes > writes_before);
+  const uint64_t cut_ns = Reactor::clock_ns();
+  net.partition(0);
+
+  const auto w1_until = Clock::now() + 15s;
+  while (!p1.done.load(std::memory_order_acquire) && Clock::now() < w1_until) std::this_thread::sleep_for(1ms);
+  REQUIRE(p1.done.load(std::memory_order_acquire));
+  CHECK(p1.st.is_success());
+  res.w1_done_ms = ms_between(cut_ns, p1.done_ns.load());
+  delete pending;
+  CHECK(volume_io(*vol, IoOp::write, w2.data(), kGhostLba, 15s).is_success());
+
+  // The held W1 has either run (while its controller could still execute it) or been dropped.
+  const auto held_until = Clock::now() + gc.hold + 10s;
+  auto settled = [&] {
+    const PortStats s = target->stats(0);
+    return s.delayed_writes_executed + s.delayed_writes_dropped >= 1;
+  };
+  while (!settled() && Clock::now() < held_until) std::this_thread::sleep_for(2ms);
+  REQUIRE(settled());
+  REQUIRE(target->read_ns(nqn, 1, kGhostLba * bs, back.data(), bs));
+  for (uint64_t seq = 1; seq <= 3; ++seq)
+    if (test::block_matches(back.data(), bs, kGhostLba, seq)) res.block_seq = seq;
+  const VolumeStats st = vol->stats();
+  if (const FailoverEvent* e = event_of(st, 0)) res.event = *e;
+  res.port0 = target->stats(0);
+  std::printf("ghost (ccr %s, cqt %s, fence %s): block holds W%llu; path 0 failed %.1f ms after "
+              "the cut (%s), fenced +%.1f ms by %s; W1 completed %.1f ms after the cut; held "
+              "write %s\n",
+              gc.ccr == CcrSupport::enabled ? "on" : "off", gc.report_cqt ? "reported" : "not reported",
+              gc.fence == FenceMode::safe ? "safe" : "skipped",
+              static_cast<unsigned long long>(res.block_seq - 1), ms_between(cut_ns, res.event.detect_ns),
+              res.event.cause.c_str(), static_cast<double>(res.event.fenced_us) / 1000.0,
+              res.event.fence_rule.c_str(), res.w1_done_ms,
+              res.port0.delayed_writes_dropped ? "dropped" : "executed");
+  return res;
+}
+
+}  // namespace
+
+TEST_CASE("ghost write across a partition: a CCR through the other path fences it", "[partition][ghost]") {
+  GhostCase gc;  // CCR on, CQT reported, the shortest KATO
+  const GhostResult r = run_ghost(gc);
+  CHECK(r.block_seq == 3);  // the newest write holds
+  CHECK(r.event.fence_rule == "ccr");
+  CHECK(r.port0.delayed_writes_dropped == 1);  // the reset quiesced the held write
+}
+
+TEST_CASE("ghost write across a partition without CCR: the TP4129 hold fences it", "[partition][ghost]") {
+  GhostCase gc;
+  gc.ccr = CcrSupport::disabled;
+  const GhostResult r = run_ghost(gc);
+  CHECK(r.block_seq == 3);
+  CHECK(r.event.fence_rule == "time");
+  // Never earlier than 3 x KATO (traffic-based keep-alive) + CQT after detection.
+  CHECK(r.event.fenced_us >= 3 * 100'000 + 10'000);
+}
+
+TEST_CASE("ghost write across a partition, no CQT reported: fence_bound stands in", "[partition][ghost]") {
+  GhostCase gc;
+  gc.ccr = CcrSupport::disabled;
+  gc.report_cqt = false;
+  gc.fence_bound = 50ms;
+  const GhostResult r = run_ghost(gc);
+  CHECK(r.block_seq == 3);
+  CHECK(r.event.fence_rule == "time");
+  CHECK(r.event.fenced_us >= 3 * 100'000 + 50'000);
+}
+
+TEST_CASE("negative control: with the fence skipped, the held write lands late", "[partition][ghost]") {
+  // A KATO long enough that the target keeps the controller (and W1) past the held time, and
+  // no CCR: what a host that moved writes as soon as its own socket closed would face.
+  GhostCase gc;
+  gc.ccr = CcrSupport::disabled;
+  gc.kato_ms = 2000;
+  gc.hold = 250ms;
+  gc.fence = FenceMode::skip_unsafe;
+  const GhostResult r = run_ghost(gc);
+  CHECK(r.event.fence_rule == "skipped (unsafe)");
+  CHECK(r.port0.delayed_writes_executed == 1);
+  CHECK(r.block_seq == 2);  // the stale W1 overwrote the newer W2: what the fence prevents
 }
