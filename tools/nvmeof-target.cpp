@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -92,6 +93,9 @@ nlohmann::json describe(const Target& t, const TargetOptions& o) {
   }
   j["discovery_nqn"] = kDiscoveryNqn;
   j["cqt_ms"] = o.cqt_ms;
+  j["report_cqt"] = o.report_cqt;
+  j["ccr"] = o.ccr == CcrSupport::enabled;
+  j["ccr_async"] = o.ccr_async;
   return j;
 }
 
@@ -99,7 +103,8 @@ nlohmann::json describe(const Target& t, const TargetOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"nvmeof-target: an NVMe/TCP target (RAM- or file-backed namespace, several ports, "
-               "one ANA group per port, discovery). Serves until SIGINT or SIGTERM."};
+               "one ANA group per port, discovery, keep-alive in 100 ms units, Command Quiesce "
+               "Time, Cross-Controller Reset). Serves until SIGINT or SIGTERM."};
   std::vector<std::string> listen{"127.0.0.1:4420"};
   std::string nqn = TargetSubsystem{}.nqn;
   std::string size = "64M";
@@ -117,7 +122,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({512, 4096}))
       ->capture_default_str();
   app.add_option("--file", file, "back the namespace with this file (created if absent) instead of RAM");
-  app.add_option("--cqt-ms", opts.cqt_ms, "Command Quiesce Time reported and honoured, ms")
+  app.add_option("--cqt-ms", opts.cqt_ms, "Command Quiesce Time honoured (and reported), ms")
+      ->capture_default_str();
+  bool no_cqt_report = false, no_ccr = false;
+  unsigned ccr_async_delay_ms = 0;
+  app.add_flag("--no-cqt-report", no_cqt_report,
+               "report CQT 0 in Identify (as Linux nvmet does) while still honouring --cqt-ms");
+  app.add_flag("--no-ccr", no_ccr,
+               "no Cross-Controller Reset: CCRL 0, the command fails with Invalid Opcode");
+  app.add_flag("--ccr-async", opts.ccr_async,
+               "test option: every Cross-Controller Reset completes asynchronously (DW0 0, then "
+               "a CCR log entry and an asynchronous event)");
+  app.add_option("--ccr-async-delay-ms", ccr_async_delay_ms,
+                 "with --ccr-async: report each reset done no sooner than this after its command")
       ->capture_default_str();
   // uint8_t options would parse and print as characters: take them as unsigned.
   unsigned anatt = opts.anatt_s, mdts = opts.mdts;
@@ -138,6 +155,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   opts.anatt_s = static_cast<uint8_t>(anatt);
   opts.mdts = static_cast<uint8_t>(mdts);
+  opts.report_cqt = !no_cqt_report;
+  opts.ccr = no_ccr ? CcrSupport::disabled : CcrSupport::enabled;
+  opts.ccr_async_delay = std::chrono::milliseconds(ccr_async_delay_ms);
 
   opts.ports.clear();
   for (const auto& l : listen) {
@@ -207,10 +227,13 @@ int main(int argc, char** argv) {
       const PortStats s = (*target)->stats(i);
       std::fprintf(stderr,
                    "nvmeof-target: %s: %llu connections, %llu commands, %llu reads, %llu writes, "
-                   "%llu errors\n",
+                   "%llu errors, %llu keep-alive expiries, %llu/%llu CCRs completed/received\n",
                    (*target)->port_address(i).c_str(), static_cast<unsigned long long>(s.connections),
                    static_cast<unsigned long long>(s.commands), static_cast<unsigned long long>(s.reads),
-                   static_cast<unsigned long long>(s.writes), static_cast<unsigned long long>(s.errors));
+                   static_cast<unsigned long long>(s.writes), static_cast<unsigned long long>(s.errors),
+                   static_cast<unsigned long long>(s.keep_alive_expiries),
+                   static_cast<unsigned long long>(s.ccr_completed),
+                   static_cast<unsigned long long>(s.ccr_received));
     }
   }
   return 0;

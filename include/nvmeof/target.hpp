@@ -1,7 +1,28 @@
 // The embedded user-space NVMe/TCP target: the demo's peer, the tests' peer, and a small
 // standalone server (tools/nvmeof-target). Several ports, subsystems with RAM- or file-backed
-// namespaces, one ANA group per port, discovery, keep-alive, a Command Quiesce Time it honours,
-// and per-port fault injection.
+// namespaces, one ANA group per port, discovery, keep-alive as NVMe TP4129 says (KATO in 100 ms
+// units, restarted by any command on any queue, never paused), a Command Quiesce Time it
+// honours, Cross-Controller Reset (NVMe TP8028), and per-port fault injection.
+//
+// Ending a controller (keep-alive expiry, its admin queue closing, a Cross-Controller Reset)
+// closes every queue of its association and quiesces its commands: nothing of that controller
+// executes later than CQT after the teardown, and after a Cross-Controller Reset reports success
+// nothing of it executes at all (held writes with QuiesceMode::honour are dropped).
+//
+// Keep-alive: a host's KATO (Connect CDW12, Set Features 0Fh) is rounded up to a multiple of
+// 100 ms (KAS 1); Get Features returns the rounded value. CTRATT bit 6 (TBKAS) is reported.
+//
+// Cross-Controller Reset (opcode 38h, admin queue of an NVM subsystem controller): CDW10 bits
+// 15:0 ICID, 23:16 CIU, CDW12/13 the CIRN of the impacted controller, which must be another live
+// controller of the subsystem with the same host NQN and that CIU and CIRN (Identify reports
+// both; CIU changes and CIRN is drawn anew each time CSTS.RDY is asserted), else Invalid Field.
+// A reset already in progress from this controller for that one: SCT 1 SC 3Fh; kCcrLimit in
+// progress: SC 41h; the log full: SC 40h. The impacted controller is torn down as by keep-alive
+// expiry; when its queues have all stopped within CQT + 5 ms the command completes with DW0 =
+// IRS | V | CLRI, else with DW0 0 and the reset goes on: a CCR log entry (page 1Eh, entries of
+// this controller's resets, LSP bit 0 removes completed ones once returned) reads in progress
+// until it ends, then success (or failed), and an Asynchronous Event Request of the issuing
+// controller completes with DW0 0x001EF402 (notice, information F4h, log page 1Eh).
 //
 // Threading: the target runs its own threads (an acceptor per port, a thread per connection, one
 // for held writes). Every method here may be called from any thread while it runs; fault and ANA
@@ -59,6 +80,15 @@ enum class C2hSuccess : uint8_t {
   always,  ///< on every successful read: one PDU less, and it exercises a host's SUCCESS path
 };
 
+/// Whether NVM subsystem controllers accept the Cross-Controller Reset command (TP8028).
+enum class CcrSupport : uint8_t {
+  enabled,   ///< Identify CCRL = kCcrLimit; CIU and CIRN reported
+  disabled,  ///< CCRL = 0 and the opcode completes with Invalid Opcode (CIU/CIRN still reported)
+};
+
+/// CCRL reported when CCR is enabled: in-progress resets one controller may have outstanding.
+inline constexpr uint8_t kCcrLimit = 4;
+
 /// Everything Target::start needs. The limits are reported to hosts (CAP, Identify, ICResp).
 struct TargetOptions {
   std::vector<TargetPort> ports{TargetPort{}};
@@ -68,7 +98,18 @@ struct TargetOptions {
   uint32_t in_capsule_data = 8192;   ///< I/O queues; IOCCSZ = 64 + this (a multiple of 16)
   uint32_t maxh2cdata = 131072;      ///< at least 4096
   uint8_t mdts = 5;                  ///< 2^mdts * 4 KiB = 128 KiB (0: unlimited; at most 16)
-  uint16_t cqt_ms = 10;              ///< Command Quiesce Time reported and honoured
+  uint16_t cqt_ms = 10;              ///< Command Quiesce Time honoured (and reported, see below)
+  /// false: Identify reports CQT 0 ("not reported", as Linux nvmet does) while the target still
+  /// honours cqt_ms, so a host must fall back to its own configured bound.
+  bool report_cqt = true;
+  CcrSupport ccr = CcrSupport::enabled;
+  /// Test option: every Cross-Controller Reset takes the asynchronous path even when it could
+  /// finish at once. The command completes with DW0 0 (reset in progress), a CCR log entry
+  /// (in progress) appears, and when the reset is done (and ccr_async_delay has passed since
+  /// the command) the entry turns to success and the issuing controller gets the CCR notice.
+  /// The impacted controller is torn down at once either way; only the report waits.
+  bool ccr_async = false;
+  std::chrono::milliseconds ccr_async_delay{0};  ///< see ccr_async; also applies to fallbacks
   uint8_t anatt_s = 2;               ///< ANA transition time reported (Identify ANATT)
   C2hSuccess c2h_success = C2hSuccess::sq_flow_control_disabled;
   bool log_connections = false;      ///< print connects/disconnects/errors to stderr
@@ -77,15 +118,31 @@ struct TargetOptions {
 /// Fault injection, per port. Combine freely; `clear_faults` restores normal service.
 enum class FaultKind : uint8_t {
   reset,        ///< close every connection on the port now (RST); new connects still accepted
-  /// Stop reading and answering: sockets stay open, nothing comes back, keep-alive timers pause.
-  /// A host that closes its socket is still noticed (that time starts the CQT clock of held
-  /// writes). New connections are accepted but get no ICResp.
+  /// A target whose process stalls while its TCP stack still runs: the port's connections stop
+  /// reading and answering (sockets stay open, nothing comes back; commands already received
+  /// still execute and their answers wait), yet a host that closes its socket is still noticed
+  /// (its connection ends; that time starts the CQT clock of held writes). The keep-alive timer
+  /// is not paused: with nothing read, a controller with a KATO ends at KATO and its sockets are
+  /// closed then (a really stalled process would close them only once it resumes). New
+  /// connections are accepted but get no ICResp. What it does not model: a host's close going
+  /// unnoticed (that is `partition`).
   blackhole,
   refuse,       ///< close new connections at once (RST)
+  /// A pulled cable on the port: its connections neither read nor send anything and do not look
+  /// at their sockets at all, so a host that closes its socket goes unnoticed. Commands already
+  /// received still execute (held and latency-delayed ones included) and their answers wait. The
+  /// keep-alive timer keeps counting, so only keep-alive expiry or a Cross-Controller Reset
+  /// through a controller on another port ends a controller reached through this port. New
+  /// connections are accepted by the kernel and get nothing. Sockets of controllers that ended
+  /// meanwhile stay open (no FIN crosses a pulled cable) until clear_faults, then close.
+  partition,
 };
 
 /// Whether held writes respect the Command Quiesce Time after their connection dies.
-enum class QuiesceMode : uint8_t { honour, ignore };
+enum class QuiesceMode : uint8_t {
+  honour,  ///< never executed later than CQT after the teardown; dropped by a CCR
+  ignore,  ///< the misbehaving target: executed when the delay ends, even after a CCR
+};
 
 /// Counters of one port.
 struct PortStats {
@@ -96,8 +153,16 @@ struct PortStats {
   uint64_t writes = 0;
   uint64_t errors = 0;           ///< protocol errors seen (malformed PDUs, digests)
   uint64_t delayed_writes_executed = 0;  ///< writes executed after a delay (ghost-write tests)
-  uint64_t delayed_writes_dropped = 0;   ///< held writes dropped to honour CQT
+  uint64_t delayed_writes_dropped = 0;   ///< held writes dropped to honour CQT or by a CCR
   uint64_t writes_dropped_after_teardown = 0;  ///< writes whose connection died before they ran
+  uint64_t commands_dropped = 0;     ///< I/O commands swallowed by drop_commands
+  /// Cross-Controller Reset commands received by controllers whose admin queue is on this port
+  /// (every outcome, rejected ones included).
+  uint64_t ccr_received = 0;
+  /// Resets those commands carried out: completed with IRS, or asynchronously with CCRS success.
+  uint64_t ccr_completed = 0;
+  /// Controllers (admin queue on this port) ended by keep-alive expiry.
+  uint64_t keep_alive_expiries = 0;
 };
 
 /// A running target; stop() or the destructor ends it.
@@ -141,12 +206,19 @@ class Target {
   /// ghost-write test needs. A delay of 0 stops holding new writes.
   void delay_writes(size_t port, std::chrono::milliseconds delay,
                     QuiesceMode mode = QuiesceMode::honour);
-  /// Ends blackhole, refuse, latency, failing and held writes on the port (writes already held
-  /// still run their course).
+  /// The next `count` I/O commands received on the port (on any of its I/O queues, counted from
+  /// this call) are accepted and never answered nor executed: a command lost on a path that
+  /// still serves others. Later ones are served normally. Counted in PortStats::commands_dropped.
+  /// Replaces any count still pending; 0 cancels it.
+  void drop_commands(size_t port, uint32_t count);
+  /// Ends blackhole, partition, refuse, latency, failing, dropping and held writes on the port
+  /// (writes already held still run their course).
   void clear_faults(size_t port);
 
   /// Counters of port `port` since start (relaxed snapshots).
   PortStats stats(size_t port) const;
+  /// Every port's counters summed (live_connections included).
+  PortStats total_stats() const;
 
   /// Direct access to namespace contents (tests verify data through it). Errors:
   /// invalid_argument (unknown NQN or NSID, range past the end), errno codes for a file.

@@ -6,10 +6,15 @@
 #include <cstring>
 #include <span>
 
+#include "target/clock.hpp"
 #include "target/controller.hpp"
+#include "target/cross_controller_reset.hpp"
+#include "target/held_writes.hpp"
 #include "target/identify_data.hpp"
+#include "target/port.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
+#include "target/tcp_connection.hpp"
 
 namespace nvmeof::target {
 namespace {
@@ -19,6 +24,13 @@ constexpr uint8_t kLogError = 0x01;
 constexpr uint8_t kLogSmart = 0x02;
 constexpr uint8_t kLogFwSlot = 0x03;
 constexpr uint8_t kCnsNvmController = 0x06;
+constexpr uint8_t kLspRmc = 0x01;  // CCR log: remove the completed entries returned
+// How far past CQT a CCR waits on its admin thread for the impacted controller to stop.
+constexpr uint64_t kCcrSyncSlackNs = 5'000'000;
+// How long the worker waits for an impacted controller before it calls the reset failed. Every
+// queue of ours stops within a wake-up; this only bounds a thread the machine starved.
+constexpr uint64_t kCcrAsyncBoundNs = 5'000'000'000;
+constexpr NvmeStatus ccr_status(uint8_t sc) { return NvmeStatus::make(Sct::command_specific, sc, true); }
 
 AdminResult identify(const AdminContext& ctx, const Sqe& c, std::vector<uint8_t>& out) {
   const Subsystem& s = ctx.ctrl.subsystem();
@@ -28,7 +40,10 @@ AdminResult identify(const AdminContext& ctx, const Sqe& c, std::vector<uint8_t>
   switch (cns_value) {
     case cns::kController: {
       nvme_id_ctrl id;
-      build_identify_controller(ctx.core.opts, s, ctx.ctrl.cntlid(),
+      const bool disc = s.is_discovery();
+      const ControllerInstance inst{ctx.ctrl.cntlid(), disc ? uint8_t{0} : ctx.ctrl.ciu(),
+                                    disc ? uint64_t{0} : ctx.ctrl.cirn()};
+      build_identify_controller(ctx.core.opts, s, inst,
                                 static_cast<uint32_t>(ctx.core.ports.size()), id);
       std::memcpy(out.data(), &id, sizeof id);
       return {status::kSuccess};
@@ -65,7 +80,9 @@ AdminResult identify(const AdminContext& ctx, const Sqe& c, std::vector<uint8_t>
   return {status::kInvalidField};
 }
 
-std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp, bool& known) {
+// `offset`/`len`: the part the host asked for (the CCR log's RMC removes only what it returns).
+std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp, uint64_t offset,
+                               uint64_t len, bool& known) {
   const Subsystem& s = ctx.ctrl.subsystem();
   known = true;
   if (s.is_discovery()) {
@@ -94,8 +111,13 @@ std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp
       return build_ana_log(ctx.core.ana_chgcnt.load(std::memory_order_acquire), groups,
                            ctx.ctrl.port(), nsids, (lsp & 1) != 0);
     }
-    default: known = false; return {};
+    case log_page::kCrossControllerReset:
+      if (ctx.core.opts.ccr == CcrSupport::disabled) break;
+      return ctx.ctrl.ccr_log((lsp & kLspRmc) != 0, offset, len);
+    default: break;
   }
+  known = false;
+  return {};
 }
 
 AdminResult get_log_page(const AdminContext& ctx, const Sqe& c, std::vector<uint8_t>& out) {
@@ -104,12 +126,12 @@ AdminResult get_log_page(const AdminContext& ctx, const Sqe& c, std::vector<uint
   const uint64_t numd = ((static_cast<uint64_t>(c.cdw11 & 0xffff) << 16) | (c.cdw10 >> 16)) + 1;
   const uint64_t offset = c.cdw12 | (static_cast<uint64_t>(c.cdw13) << 32);
   if (offset & 3) return {status::kInvalidField};
-  bool known = false;
-  const std::vector<uint8_t> log = whole_log(ctx, lid, lsp, known);
-  if (!known) return {kInvalidLogPage};
-  if (offset > log.size()) return {status::kInvalidField};
   // Never allocate what a hostile NUMD asks for: the reply is bounded by the transfer limit.
   const uint64_t len = std::min<uint64_t>(numd * 4, ctx.core.max_transfer());
+  bool known = false;
+  const std::vector<uint8_t> log = whole_log(ctx, lid, lsp, offset, len, known);
+  if (!known) return {kInvalidLogPage};
+  if (offset > log.size()) return {status::kInvalidField};
   out.assign(len, 0);
   const uint64_t avail = std::min<uint64_t>(len, log.size() - offset);
   std::memcpy(out.data(), log.data() + offset, avail);
@@ -128,7 +150,7 @@ AdminResult set_features(const AdminContext& ctx, const Sqe& c) {
       ctrl.io_queues_granted = static_cast<uint16_t>(std::min(nsqa, ncqa));
       return {status::kSuccess, ((ncqa - 1) << 16) | (nsqa - 1)};
     }
-    case feature::kKeepAliveTimer: ctrl.kato_ms = c.cdw11; return {status::kSuccess};
+    case feature::kKeepAliveTimer: ctrl.set_kato(c.cdw11); return {status::kSuccess};
     case feature::kAsyncEventConfig: ctrl.aec = c.cdw11; return {status::kSuccess};
     default: return {status::kInvalidField};
   }
@@ -158,7 +180,112 @@ AdminResult execute_admin(const AdminContext& ctx, const Sqe& c, std::vector<uin
     case opcode::kSetFeatures: return set_features(ctx, c);
     case opcode::kGetFeatures: return get_features(ctx, c);
     case opcode::kKeepAlive: return {status::kSuccess};
+    case opcode::kCrossControllerReset: return cross_controller_reset(ctx, c);
     default: return {status::kInvalidOpcode};
+  }
+}
+
+// -- Cross-Controller Reset (declared in cross_controller_reset.hpp) --
+
+namespace {
+
+// True once `impacted` can execute nothing more: every queue stopped, no held write left to run.
+bool quiesce(TargetCore& core, Controller& impacted, uint64_t deadline_ns) {
+  return impacted.wait_quiesced(deadline_ns) && core.held.purge(impacted, deadline_ns);
+}
+
+}  // namespace
+
+AdminResult cross_controller_reset(const AdminContext& ctx, const Sqe& c) {
+  Controller& self = ctx.ctrl;
+  Subsystem& subsys = self.subsystem();
+  const TargetOptions& opts = ctx.core.opts;
+  if (opts.ccr == CcrSupport::disabled || subsys.is_discovery()) return {status::kInvalidOpcode};
+  Port::Counters& counters = ctx.core.ports[self.port()]->counters();
+  counters.ccr_received.fetch_add(1, std::memory_order_relaxed);
+  const auto icid = static_cast<uint16_t>(c.cdw10 & 0xffff);
+  const auto ciu = static_cast<uint8_t>(c.cdw10 >> 16);
+  const uint64_t cirn = c.cdw12 | (static_cast<uint64_t>(c.cdw13) << 32);
+  if (icid == self.cntlid()) return {status::kInvalidField};
+  switch (self.admit_ccr(icid, kCcrLimit)) {
+    case Controller::CcrAdmission::admitted: break;
+    case Controller::CcrAdmission::in_progress: return {ccr_status(ccr::kScInProgress)};
+    case Controller::CcrAdmission::limit_exceeded: return {ccr_status(ccr::kScLimitExceeded)};
+    case Controller::CcrAdmission::log_full: return {ccr_status(ccr::kScLogFull)};
+  }
+  std::shared_ptr<Controller> impacted = subsys.controller(icid);
+  if (!impacted || impacted->is_torn_down() || impacted->hostnqn() != self.hostnqn() ||
+      impacted->ciu() != ciu || impacted->cirn() != cirn)
+    return {status::kInvalidField};
+
+  // Fenced before the teardown: a held write must not slip through in the CQT window a
+  // keep-alive expiry would leave it.
+  impacted->fence();
+  impacted->tear_down();
+  subsys.remove_controller(impacted.get());
+  const uint64_t start = now_ns();
+  if (!opts.ccr_async) {
+    const uint64_t deadline = start + uint64_t{opts.cqt_ms} * 1'000'000 + kCcrSyncSlackNs;
+    if (quiesce(ctx.core, *impacted, deadline)) {
+      counters.ccr_completed.fetch_add(1, std::memory_order_relaxed);
+      return {status::kSuccess, ccr::kImmediateResetSuccessful | ccr::kValidated |
+                                    ccr::kControllerLevelReset};
+    }
+  }
+  self.add_ccr_entry(icid, ciu);
+  const auto delay_ns = static_cast<uint64_t>(std::max<int64_t>(opts.ccr_async_delay.count(), 0)) * 1'000'000;
+  ctx.core.ccr.submit({self.shared_from_this(), std::move(impacted), icid, start + delay_ns});
+  return {status::kSuccess, 0};
+}
+
+CcrWorker::~CcrWorker() { stop(); }
+
+void CcrWorker::start() { thread_ = std::thread([this] { run(); }); }
+
+void CcrWorker::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  jobs_.clear();
+}
+
+void CcrWorker::submit(Job j) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(j));
+  }
+  cv_.notify_all();
+}
+
+void CcrWorker::run() noexcept {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (jobs_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    Job j = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    const bool ok = quiesce(core_, *j.impacted, now_ns() + kCcrAsyncBoundNs);
+    lock.lock();
+    // Jobs keep their order: with one delay for all, each one's report time comes after the
+    // previous one's.
+    while (!stopping_ && now_ns() < j.report_after_ns)
+      cv_.wait_for(lock, std::chrono::nanoseconds(j.report_after_ns - now_ns()));
+    if (stopping_) break;
+    lock.unlock();
+    j.issuer->finish_ccr_entry(j.icid, ok ? ccr::kStatusSuccess : ccr::kStatusFailed);
+    if (ok)
+      core_.ports[j.issuer->port()]->counters().ccr_completed.fetch_add(1, std::memory_order_relaxed);
+    // No agreed AEC/OAES bit names this notice, so it is always sent.
+    if (auto admin = j.issuer->admin_connection()) admin->post_event(kCcrCompletedEvent);
+    lock.lock();
   }
 }
 

@@ -3,19 +3,28 @@
 // Property Get/Set, the features the host set, and the I/O queue registry.
 //
 // Threading: identity fields are fixed at creation. The "admin state" fields are read and written
-// only by the admin queue's connection thread (admin commands arrive only there). The I/O queue
-// registry is guarded by a mutex (I/O connects run on their own connection threads).
-// last_command_ns is a relaxed atomic: every queue of the association stamps it, the admin
-// thread compares it with the keep-alive timeout; a stale read delays the teardown by at most
-// one poll round.
+// only by the admin queue's connection thread (admin commands arrive only there).
+// - last_command_ns: relaxed atomic; every queue of the association stamps it, the admin thread
+//   compares it with the keep-alive timeout; a stale read delays the teardown by one poll round.
+// - ciu/cirn: atomics written by the admin thread when CSTS.RDY is asserted, read by another
+//   controller's admin thread validating a Cross-Controller Reset; a stale read only makes a CCR
+//   that races a re-enable fail with Invalid Field, which a host answers by reading Identify.
+// - teardown_ns/fenced: written once (0 -> value, false -> true) by whoever ends the controller
+//   (its admin thread, or the thread of a CCR); read by I/O queue threads before they execute
+//   and by the held-write thread. Acquire/release: a reader that sees them set also sees the
+//   association closed; one that misses them by a moment is a queue still draining, which the
+//   teardown waits for (wait_quiesced) before a CCR reports success.
+// - mu_ guards the queue registry, the live queue count and the CCR log; cv_ signals the count.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "nvmeof/status.hpp"
 #include "nvmeof/target.hpp"
@@ -28,8 +37,10 @@ class TcpConnection;
 /// Asynchronous Event Configuration bit 11: ANA change notices (on by default so a host that
 /// never sets the feature still hears about ANA changes).
 inline constexpr uint32_t kAecAnaChange = 1u << 11;
+/// Keep-alive granularity (Identify KAS = 1, in 100 ms units).
+inline constexpr uint32_t kKasMs = 100;
 
-class Controller {
+class Controller : public std::enable_shared_from_this<Controller> {
  public:
   Controller(Subsystem& subsys, uint16_t cntlid, size_t port, std::string hostnqn,
              const uint8_t (&hostid)[16]);
@@ -44,9 +55,12 @@ class Controller {
   // -- admin state (admin connection thread only) --
   /// Property Get. Errors: invalid field for an unknown property.
   NvmeStatus property_get(uint32_t offset, const TargetOptions& opts, uint64_t& value) const noexcept;
-  /// Property Set (CC only; EN drives CSTS.RDY, SHN drives CSTS.SHST).
+  /// Property Set (CC only; EN drives CSTS.RDY, SHN drives CSTS.SHST). Asserting CSTS.RDY
+  /// bumps CIU (skipping 0) and draws a new CIRN.
   NvmeStatus property_set(uint32_t offset, uint64_t value) noexcept;
-  uint32_t kato_ms = 0;             ///< 0: keep-alive disabled
+  /// Sets KATO rounded up to the keep-alive granularity (KAS, 100 ms).
+  void set_kato(uint32_t ms) noexcept;
+  uint32_t kato_ms = 0;             ///< 0: keep-alive disabled; a multiple of kKasMs
   uint32_t aec = kAecAnaChange;     ///< Asynchronous Event Configuration
   uint16_t io_queues_granted = 0;   ///< from Set Features Number of Queues (0: not set yet)
 
@@ -55,12 +69,45 @@ class Controller {
   uint64_t last_command_ns() const noexcept {
     return last_command_ns_.load(std::memory_order_relaxed);
   }
+  uint8_t ciu() const noexcept { return ciu_.load(std::memory_order_acquire); }
+  uint64_t cirn() const noexcept { return cirn_.load(std::memory_order_acquire); }
+
+  /// Registers the admin queue's connection (once, at its Connect).
+  void attach_admin(const std::shared_ptr<TcpConnection>& conn);
+  /// The admin queue's connection while it lives (asynchronous events go there).
+  std::shared_ptr<TcpConnection> admin_connection() const;
   /// Registers I/O queue `qid`. Errors: connect-controller-busy when the qid is taken or the
   /// association is being torn down.
   NvmeStatus bind_io_queue(uint16_t qid, const std::shared_ptr<TcpConnection>& conn);
-  void unbind_io_queue(uint16_t qid, const TcpConnection* conn);
-  /// Ends the association: closes every I/O queue's connection and refuses new ones.
-  void tear_down();
+  /// A queue's connection stopped for good (logically: it executes nothing more); `qid` 0 is
+  /// the admin queue.
+  void queue_stopped(uint16_t qid, const TcpConnection* conn);
+  /// Ends the association: asks every queue's connection (admin included) to close and refuses
+  /// new ones. Idempotent; returns true for the call that ended it.
+  bool tear_down();
+  bool is_torn_down() const noexcept { return teardown_ns_.load(std::memory_order_acquire) != 0; }
+  /// When tear_down ran (steady ns), 0 before.
+  uint64_t teardown_ns() const noexcept { return teardown_ns_.load(std::memory_order_acquire); }
+  /// A Cross-Controller Reset ends this controller: from now on nothing of it may execute, not
+  /// even within CQT (held writes with QuiesceMode::honour are dropped).
+  void fence() noexcept { fenced_.store(true, std::memory_order_release); }
+  bool is_fenced() const noexcept { return fenced_.load(std::memory_order_acquire); }
+  /// Waits until every queue that was attached has stopped, up to `deadline_ns` (steady).
+  /// Returns whether they all did.
+  bool wait_quiesced(uint64_t deadline_ns);
+
+  // -- the CCR log of resets issued through this controller (any thread) --
+  enum class CcrAdmission : uint8_t { admitted, in_progress, limit_exceeded, log_full };
+  /// Whether a new CCR for `icid` may start: none in progress for it, fewer than `limit` in
+  /// progress, room in the log.
+  CcrAdmission admit_ccr(uint16_t icid, uint8_t limit) const;
+  /// Adds an in-progress entry for a reset that goes on asynchronously.
+  void add_ccr_entry(uint16_t icid, uint8_t ciu);
+  /// The in-progress entry for `icid` ends with `ccrs` (ccr::kStatusSuccess or kStatusFailed).
+  void finish_ccr_entry(uint16_t icid, uint8_t ccrs);
+  /// The CCR log page; `remove_completed` (RMC) drops the completed entries that lie wholly in
+  /// the `len` bytes from `offset` the host reads.
+  std::vector<uint8_t> ccr_log(bool remove_completed, uint64_t offset, uint64_t len);
 
  private:
   Subsystem& subsys_;
@@ -73,10 +120,22 @@ class Controller {
   uint32_t csts_ = 0;
 
   std::atomic<uint64_t> last_command_ns_{0};
+  std::atomic<uint8_t> ciu_;
+  std::atomic<uint64_t> cirn_;
+  std::atomic<uint64_t> teardown_ns_{0};
+  std::atomic<bool> fenced_{false};
 
-  std::mutex mu_;  // guards io_ and torn_down_
+  struct CcrEntry {
+    uint16_t icid;
+    uint8_t ciu;
+    uint8_t ccrs;
+  };
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;  // live_queues_ dropped
+  std::weak_ptr<TcpConnection> admin_;
   std::map<uint16_t, std::weak_ptr<TcpConnection>> io_;
-  bool torn_down_ = false;
+  uint32_t live_queues_ = 0;
+  std::vector<CcrEntry> ccr_log_;
 };
 
 }  // namespace nvmeof::target

@@ -66,7 +66,8 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   if (qid == 0) {
     r.ctrl = subsys->create_controller(port, hostnqn, d.hostid);
     if (!r.ctrl) return failed(kControllerBusy);
-    r.ctrl->kato_ms = c.cdw12;
+    r.ctrl->set_kato(c.cdw12);
+    r.ctrl->attach_admin(conn);
   } else {
     if (subsys->is_discovery() || qid > core.opts.max_io_queues) return invalid(false, kSqeQidOffset);
     r.ctrl = subsys->controller(d.cntlid);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "target/clock.hpp"
+#include "target/controller.hpp"
 #include "target/ns_store.hpp"
 #include "target/port.hpp"
 #include "target/tcp_connection.hpp"
@@ -58,16 +59,40 @@ void HeldWrites::run() noexcept {
     }
     Write w = std::move(queue_.begin()->second);
     queue_.erase(queue_.begin());
+    executing_ = w.ctrl.get();
     lock.unlock();
     execute(w);
     lock.lock();
+    executing_ = nullptr;
+    done_cv_.notify_all();
   }
 }
 
+bool HeldWrites::purge(const Controller& ctrl, uint64_t deadline_ns) {
+  std::unique_lock lock(mu_);
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->second.ctrl.get() == &ctrl && it->second.mode == QuiesceMode::honour) {
+      it->second.port->counters().delayed_dropped.fetch_add(1, std::memory_order_relaxed);
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (executing_ == &ctrl) {
+    const uint64_t now = now_ns();
+    if (now >= deadline_ns) return false;
+    done_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  }
+  return true;
+}
+
 void HeldWrites::execute(Write& w) noexcept {
-  const uint64_t gone = w.conn ? w.conn->teardown_ns() : 0;
-  if (gone != 0 && w.mode == QuiesceMode::honour &&
-      now_ns() + quiesce_margin_ns(w.cqt_ns) > gone + w.cqt_ns) {
+  uint64_t gone = w.conn ? w.conn->teardown_ns() : 0;
+  if (const uint64_t c = w.ctrl ? w.ctrl->teardown_ns() : 0; c != 0 && (gone == 0 || c < gone))
+    gone = c;
+  const bool fenced = w.ctrl && w.ctrl->is_fenced();
+  if (w.mode == QuiesceMode::honour &&
+      (fenced || (gone != 0 && now_ns() + quiesce_margin_ns(w.cqt_ns) > gone + w.cqt_ns))) {
     w.port->counters().delayed_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }

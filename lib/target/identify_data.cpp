@@ -27,17 +27,22 @@ void put_string(char (&dst)[N], const std::string& s) {
 
 uint8_t ana_state_code(AnaState s) { return static_cast<uint8_t>(s); }
 
+// TP8028 fields (NVMe 2.3), past libnvme 1.3's struct: CIU byte 135 and CIRN 143:136 sit in
+// rsvd134, CCRL byte 1807 opens rsvd1807.
+constexpr size_t kCiuInRsvd134 = 135 - 134;
+constexpr size_t kCirnInRsvd134 = 136 - 134;
+
 }  // namespace
 
-void build_identify_controller(const TargetOptions& opts, const Subsystem& subsys, uint16_t cntlid,
-                               uint32_t nports, nvme_id_ctrl& id) {
+void build_identify_controller(const TargetOptions& opts, const Subsystem& subsys,
+                               const ControllerInstance& inst, uint32_t nports, nvme_id_ctrl& id) {
   std::memset(&id, 0, sizeof id);
   const bool disc = subsys.is_discovery();
   put_padded(id.sn, subsys.serial());
   put_padded(id.mn, subsys.model());
   put_padded(id.fr, "0.1");
   id.mdts = opts.mdts;
-  id.cntlid = cntlid;
+  id.cntlid = inst.cntlid;
   id.ver = 0x00020000;
   id.cntrltype = disc ? 2 : 1;
   // 128-bit host identifiers; keep-alive timer reset by any command (traffic based).
@@ -68,8 +73,13 @@ void build_identify_controller(const TargetOptions& opts, const Subsystem& subsy
               NVME_CTRL_ANACAP_PERSISTENT_LOSS | NVME_CTRL_ANACAP_CHANGE;
   id.anagrpmax = nports;
   id.nanagrpid = nports;
-  // Command Quiesce Time, bytes 387:386 (NVMe 2.1; libnvme 1.3 keeps them in rsvd384).
-  std::memcpy(id.rsvd384 + 2, &opts.cqt_ms, sizeof opts.cqt_ms);
+  // Command Quiesce Time, bytes 387:386 (NVMe 2.1; libnvme 1.3 keeps them in rsvd384). Not
+  // reporting it (0) leaves the host to its own bound; the target honours cqt_ms either way.
+  const uint16_t cqt = opts.report_cqt ? opts.cqt_ms : 0;
+  std::memcpy(id.rsvd384 + 2, &cqt, sizeof cqt);
+  id.rsvd134[kCiuInRsvd134] = inst.ciu;
+  std::memcpy(id.rsvd134 + kCirnInRsvd134, &inst.cirn, sizeof inst.cirn);
+  id.rsvd1807[0] = opts.ccr == CcrSupport::enabled ? kCcrLimit : 0;
   id.nn = subsys.max_nsid();
   id.mnan = subsys.max_nsid();
   id.oncs = NVME_CTRL_ONCS_DSM | NVME_CTRL_ONCS_WRITE_ZEROES;

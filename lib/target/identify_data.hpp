@@ -24,9 +24,16 @@ inline constexpr size_t kIdentifyLen = 4096;
 /// Admin queues accept this much in-capsule data (Connect data is 1024 bytes).
 inline constexpr uint32_t kAdminInCapsuleData = 8192;
 
-/// Identify Controller for controller `cntlid` of `subsys` on a target with `nports` ports.
-void build_identify_controller(const TargetOptions& opts, const Subsystem& subsys, uint16_t cntlid,
-                               uint32_t nports, nvme_id_ctrl& id);
+/// Which controller instance Identify describes (TP8028 CIU/CIRN name it in a CCR).
+struct ControllerInstance {
+  uint16_t cntlid = 0;
+  uint8_t ciu = 0;    ///< Controller Instance Uniquifier
+  uint64_t cirn = 0;  ///< Controller Instance Random Number
+};
+/// Identify Controller for controller `inst` of `subsys` on a target with `nports` ports.
+/// Discovery controllers report no CIU, CIRN or CCRL.
+void build_identify_controller(const TargetOptions& opts, const Subsystem& subsys,
+                               const ControllerInstance& inst, uint32_t nports, nvme_id_ctrl& id);
 /// Identify Namespace; `anagrpid` is the ANA group of the asking controller's port.
 void build_identify_namespace(const NsStore& ns, uint32_t anagrpid, nvme_id_ns& id);
 /// Namespace Identification Descriptor list (NGUID, UUID, CSI) into a 4096-byte buffer.

@@ -201,6 +201,19 @@ void Port::set_blackhole(bool on) noexcept {
   wake_connections();
 }
 
+void Port::set_partition(bool on) noexcept {
+  partition_.store(on, std::memory_order_release);
+  wake_connections();
+}
+
+bool Port::take_drop() noexcept {
+  uint32_t left = drop_budget_.load(std::memory_order_acquire);
+  // Connection threads race for the budget: each decrement must be one dropped command.
+  while (left != 0 && !drop_budget_.compare_exchange_weak(left, left - 1, std::memory_order_acq_rel)) {
+  }
+  return left != 0;
+}
+
 void Port::set_latency(std::chrono::microseconds l) noexcept {
   latency_ns_.store(l.count() > 0 ? static_cast<uint64_t>(l.count()) * 1000 : 0,
                     std::memory_order_relaxed);
@@ -237,6 +250,10 @@ PortStats Port::stats() const noexcept {
   s.delayed_writes_executed = counters_.delayed_executed.load(std::memory_order_relaxed);
   s.delayed_writes_dropped = counters_.delayed_dropped.load(std::memory_order_relaxed);
   s.writes_dropped_after_teardown = counters_.writes_dropped_after_teardown.load(std::memory_order_relaxed);
+  s.commands_dropped = counters_.commands_dropped.load(std::memory_order_relaxed);
+  s.ccr_received = counters_.ccr_received.load(std::memory_order_relaxed);
+  s.ccr_completed = counters_.ccr_completed.load(std::memory_order_relaxed);
+  s.keep_alive_expiries = counters_.keep_alive_expiries.load(std::memory_order_relaxed);
   return s;
 }
 

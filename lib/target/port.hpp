@@ -3,7 +3,8 @@
 //
 // Threading: the ANA state, faults and counters are atomics, written by the Target's public
 // methods and read by connection threads per command; a stale read only means a change applies
-// from the next command. The connection list is guarded by a mutex (acceptor adds, the owner
+// from the next command. The drop_commands budget is taken by compare-and-swap, so connection
+// threads racing for it drop exactly that many commands between them. The connection list is guarded by a mutex (acceptor adds, the owner
 // reaps, fault injection walks it).
 #pragma once
 
@@ -61,6 +62,7 @@ class Port {
 
   // -- faults --
   bool blackholed() const noexcept { return blackhole_.load(std::memory_order_acquire); }
+  bool partitioned() const noexcept { return partition_.load(std::memory_order_acquire); }
   bool refusing() const noexcept { return refuse_.load(std::memory_order_acquire); }
   uint64_t latency_ns() const noexcept { return latency_ns_.load(std::memory_order_relaxed); }
   /// The status every I/O command completes with, when failing.
@@ -71,13 +73,17 @@ class Port {
     return static_cast<QuiesceMode>(write_delay_mode_.load(std::memory_order_relaxed));
   }
   void set_blackhole(bool on) noexcept;
+  void set_partition(bool on) noexcept;
+  void set_drop_commands(uint32_t count) noexcept { drop_budget_.store(count, std::memory_order_release); }
+  /// True (and one fewer left) when drop_commands still has a command to swallow.
+  bool take_drop() noexcept;
   void set_refuse(bool on) noexcept { refuse_.store(on, std::memory_order_release); }
   void set_latency(std::chrono::microseconds l) noexcept;
   void set_failing(std::optional<NvmeStatus> s) noexcept;
   void set_write_delay(std::chrono::milliseconds d, QuiesceMode m) noexcept;
   /// Closes every connection now with a TCP RST.
   void reset_connections();
-  /// Wakes every connection thread so it re-reads the port state (ANA, blackhole).
+  /// Wakes every connection thread so it re-reads the port state (ANA, blackhole, partition).
   void wake_connections();
 
   // -- counters (relaxed atomics: statistics only) --
@@ -91,6 +97,10 @@ class Port {
     std::atomic<uint64_t> delayed_executed{0};
     std::atomic<uint64_t> delayed_dropped{0};
     std::atomic<uint64_t> writes_dropped_after_teardown{0};
+    std::atomic<uint64_t> commands_dropped{0};
+    std::atomic<uint64_t> ccr_received{0};
+    std::atomic<uint64_t> ccr_completed{0};
+    std::atomic<uint64_t> keep_alive_expiries{0};
   };
   Counters& counters() noexcept { return counters_; }
   PortStats stats() const noexcept;
@@ -118,6 +128,8 @@ class Port {
   std::atomic<uint8_t> ana_state_;
   std::atomic<uint64_t> ana_chgcnt_{0};
   std::atomic<bool> blackhole_{false};
+  std::atomic<bool> partition_{false};
+  std::atomic<uint32_t> drop_budget_{0};
   std::atomic<bool> refuse_{false};
   std::atomic<uint64_t> latency_ns_{0};
   std::atomic<int32_t> fail_status_{-1};  // -1: not failing, else NvmeStatus::raw

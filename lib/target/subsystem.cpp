@@ -62,9 +62,14 @@ std::shared_ptr<Controller> Subsystem::controller(uint16_t cntlid) const {
   return it == ctrls_.end() ? nullptr : it->second.lock();
 }
 
-void Subsystem::remove_controller(uint16_t cntlid) {
+void Subsystem::remove_controller(const Controller* c) {
   std::lock_guard lock(mu_);
-  ctrls_.erase(cntlid);
+  // Both a CCR and the controller's own admin thread remove it; after the first, the id may
+  // already belong to a new controller that must stay.
+  auto it = ctrls_.find(c->cntlid());
+  if (it == ctrls_.end()) return;
+  auto live = it->second.lock();
+  if (!live || live.get() == c) ctrls_.erase(it);
 }
 
 }  // namespace nvmeof::target

@@ -46,7 +46,8 @@ class Subsystem {
                                                 const uint8_t (&hostid)[16]);
   /// The live controller `cntlid`, or nullptr.
   std::shared_ptr<Controller> controller(uint16_t cntlid) const;
-  void remove_controller(uint16_t cntlid);
+  /// Forgets controller `c` (its id is free again); a no-op when the id already names another.
+  void remove_controller(const Controller* c);
 
  private:
   Subsystem() = default;

@@ -35,6 +35,7 @@ bool valid_options(const TargetOptions& o) {
   if (o.in_capsule_data % 16 != 0 || o.in_capsule_data > (1u << 20)) return false;
   if (o.maxh2cdata < 4096 || o.maxh2cdata % 4 != 0) return false;
   if (o.mdts > 16) return false;
+  if (o.ccr_async_delay.count() < 0) return false;
   for (const auto& p : o.ports)
     if (!valid_ana_state(p.ana_state)) return false;
   std::set<std::string> nqns;
@@ -61,6 +62,7 @@ Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
     if (auto r = core.ports.back()->listen(); !r) return r.error();
   }
   core.held.start();
+  core.ccr.start();
   for (auto& p : core.ports) p->start();
   return std::unique_ptr<Target>(new Target(std::move(impl)));
 }
@@ -74,6 +76,7 @@ void Target::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
   for (auto& p : impl_->core.ports) p->stop();
+  impl_->core.ccr.stop();
   impl_->core.held.stop();
 }
 
@@ -104,6 +107,7 @@ void Target::inject(size_t port, FaultKind kind) {
     case FaultKind::reset: p.reset_connections(); break;
     case FaultKind::blackhole: p.set_blackhole(true); break;
     case FaultKind::refuse: p.set_refuse(true); break;
+    case FaultKind::partition: p.set_partition(true); break;
   }
 }
 
@@ -119,6 +123,10 @@ void Target::delay_writes(size_t port, std::chrono::milliseconds delay, QuiesceM
   if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_write_delay(delay, mode);
 }
 
+void Target::drop_commands(size_t port, uint32_t count) {
+  if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_drop_commands(count);
+}
+
 void Target::clear_faults(size_t port) {
   if (port >= impl_->core.ports.size()) return;
   target::Port& p = *impl_->core.ports[port];
@@ -126,11 +134,34 @@ void Target::clear_faults(size_t port) {
   p.set_latency(std::chrono::microseconds(0));
   p.set_failing(std::nullopt);
   p.set_write_delay(std::chrono::milliseconds(0), QuiesceMode::honour);
+  p.set_drop_commands(0);
   p.set_blackhole(false);
+  p.set_partition(false);
 }
 
 PortStats Target::stats(size_t port) const {
   return port < impl_->core.ports.size() ? impl_->core.ports[port]->stats() : PortStats{};
+}
+
+PortStats Target::total_stats() const {
+  PortStats t;
+  for (const auto& p : impl_->core.ports) {
+    const PortStats s = p->stats();
+    t.connections += s.connections;
+    t.live_connections += s.live_connections;
+    t.commands += s.commands;
+    t.reads += s.reads;
+    t.writes += s.writes;
+    t.errors += s.errors;
+    t.delayed_writes_executed += s.delayed_writes_executed;
+    t.delayed_writes_dropped += s.delayed_writes_dropped;
+    t.writes_dropped_after_teardown += s.writes_dropped_after_teardown;
+    t.commands_dropped += s.commands_dropped;
+    t.ccr_received += s.ccr_received;
+    t.ccr_completed += s.ccr_completed;
+    t.keep_alive_expiries += s.keep_alive_expiries;
+  }
+  return t;
 }
 
 namespace {

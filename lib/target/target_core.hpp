@@ -1,5 +1,5 @@
-// What every part of the embedded target shares: the options, subsystems, ports and the held
-// write queue. Owned by Target::Impl; connections and controllers reach it by reference.
+// What every part of the embedded target shares: the options, subsystems, ports, the held
+// write queue and the Cross-Controller Reset worker. Owned by Target::Impl; connections and controllers reach it by reference.
 // Threading: everything here is fixed between start() and stop() except the atomics and the
 // objects' own synchronized state.
 #pragma once
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nvmeof/target.hpp"
+#include "target/cross_controller_reset.hpp"
 #include "target/held_writes.hpp"
 #include "target/identify_data.hpp"
 #include "target/port.hpp"
@@ -25,6 +26,7 @@ struct TargetCore {
   std::unique_ptr<Subsystem> discovery;
   std::vector<std::unique_ptr<Port>> ports;
   HeldWrites held;
+  CcrWorker ccr{*this};
   /// Bumped on every ANA state change of any port (ANA log CHGCNT).
   std::atomic<uint64_t> ana_chgcnt{0};
   std::atomic<uint64_t> next_conn_id{1};

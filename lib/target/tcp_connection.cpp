@@ -50,8 +50,15 @@ TcpConnection::~TcpConnection() {
 }
 
 void TcpConnection::request_close(CloseKind k) noexcept {
-  uint8_t none = 0;
-  close_req_.compare_exchange_strong(none, static_cast<uint8_t>(k), std::memory_order_acq_rel);
+  uint8_t cur = close_req_.load(std::memory_order_acquire);
+  for (;;) {
+    const auto c = static_cast<CloseKind>(cur);
+    // A connection that lingers behind a partition after its association ended must still obey
+    // a stop or a reset.
+    const bool raise = c == CloseKind::none || (c == CloseKind::association && k != CloseKind::association);
+    if (!raise) break;
+    if (close_req_.compare_exchange_weak(cur, static_cast<uint8_t>(k), std::memory_order_acq_rel)) break;
+  }
   wake();
 }
 
@@ -65,6 +72,15 @@ void TcpConnection::post_completion(uint16_t slot, uint16_t cid, NvmeStatus st) 
   {
     std::lock_guard lock(posted_mu_);
     posted_.push_back({slot, cid, st});
+  }
+  has_posted_.store(true, std::memory_order_release);
+  wake();
+}
+
+void TcpConnection::post_event(uint32_t dw0) {
+  {
+    std::lock_guard lock(posted_mu_);
+    posted_events_.push_back(dw0);
   }
   has_posted_.store(true, std::memory_order_release);
   wake();
@@ -86,20 +102,19 @@ void TcpConnection::run() noexcept {
       break;
     }
     const uint64_t now = now_ns();
-    const bool bh = port_.blackholed();
-    if (bh != blackholed_) {
-      blackholed_ = bh;
-      // A partition that heals must not count as keep-alive silence.
-      if (!bh && ctrl_) ctrl_->touch(now);
-    }
+    // The keep-alive timer never pauses: a fault that keeps commands from arriving ends the
+    // controller at KATO, as it would on a real target.
+    blackholed_ = port_.blackholed();
+    partitioned_ = port_.partitioned();
     run_due(now);
     if (now > kato_deadline()) {
       why = CloseKind::association;
       reason = "keep-alive timeout";
+      port_.counters().keep_alive_expiries.fetch_add(1, std::memory_order_relaxed);
       break;
     }
     bool progress = false;
-    if (!blackholed_) {
+    if (!blackholed_ && !partitioned_) {
       if (out_.size() - out_head_ < kMaxBacklog || phase_ == Phase::closing) {
         const RecvResult r = receive();
         if (r == RecvResult::closed) break;
@@ -123,14 +138,17 @@ void TcpConnection::run() noexcept {
     if (progress) continue;
     const short rev = wait_for_events(now);
     // Not reading while blackholed, but a host that gives up and closes must still be noticed
-    // (and its teardown timed for the held writes).
-    if (blackholed_ && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
+    // (and its teardown timed for the held writes). A partition looks at nothing.
+    if (blackholed_ && !partitioned_ && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {
       reason = "closed by the host while blackholed";
       break;
     }
   }
   if (core_.opts.log_connections) log("closed", reason);
-  tear_down(why);
+  stop_serving();
+  const CloseKind k = close_request();
+  if (k != CloseKind::stop && k != CloseKind::reset) linger_while_partitioned();
+  close_socket();
 }
 
 CloseKind TcpConnection::drain_wakeups() {
@@ -142,15 +160,19 @@ CloseKind TcpConnection::drain_wakeups() {
   if (k != CloseKind::none) return k;
   if (has_posted_.exchange(false, std::memory_order_acq_rel)) {
     std::vector<Posted> done;
+    std::vector<uint32_t> events;
     {
       std::lock_guard lock(posted_mu_);
       done.swap(posted_);
+      events.swap(posted_events_);
     }
     for (const auto& p : done) {
       if (p.slot >= slots_.size()) continue;
       Slot& s = *slots_[p.slot];
       if (s.state == SlotState::held && s.sqe.cid == p.cid) complete(s, p.st);
     }
+    if (qid_ == 0 && ctrl_)
+      for (const uint32_t e : events) raise_event(e);
   }
   if (qid_ == 0 && ctrl_ && !subsys_->is_discovery()) {
     const uint64_t c = port_.ana_chgcnt();
@@ -163,13 +185,15 @@ CloseKind TcpConnection::drain_wakeups() {
 }
 
 uint64_t TcpConnection::kato_deadline() const noexcept {
-  if (qid_ != 0 || !ctrl_ || ctrl_->kato_ms == 0 || blackholed_) return UINT64_MAX;
+  if (qid_ != 0 || !ctrl_ || ctrl_->kato_ms == 0) return UINT64_MAX;
   return ctrl_->last_command_ns() + static_cast<uint64_t>(ctrl_->kato_ms) * 1'000'000;
 }
 
 short TcpConnection::wait_for_events(uint64_t now) {
   short ev = 0;
-  if (blackholed_) {
+  if (partitioned_) {
+    // Not even POLLHUP: poll reports it whatever `events` asks, so the socket stays out.
+  } else if (blackholed_) {
     ev = POLLRDHUP;
   } else {
     // With a full backlog the loop stops reading; polling for input would only spin.
@@ -187,7 +211,7 @@ short TcpConnection::wait_for_events(uint64_t now) {
     ts.tv_nsec = static_cast<long>(d % 1'000'000'000);
     tsp = &ts;
   }
-  pollfd fds[2] = {{fd_, ev, 0}, {efd_, POLLIN, 0}};
+  pollfd fds[2] = {{partitioned_ ? -1 : fd_, ev, 0}, {efd_, POLLIN, 0}};
   if (::ppoll(fds, 2, tsp, nullptr) <= 0) return 0;
   return fds[0].revents;
 }
@@ -254,22 +278,36 @@ bool TcpConnection::flush() {
   return true;
 }
 
-void TcpConnection::tear_down(CloseKind why) {
+void TcpConnection::stop_serving() {
   teardown_ns_.store(now_ns(), std::memory_order_release);
-  if (why == CloseKind::reset)
+  if (ctrl_) {
+    if (qid_ == 0) {
+      subsys_->remove_controller(ctrl_.get());
+      ctrl_->tear_down();
+    }
+    ctrl_->queue_stopped(qid_, this);
+    ctrl_.reset();
+  }
+}
+
+void TcpConnection::linger_while_partitioned() {
+  for (;;) {
+    const CloseKind k = close_request();
+    if (k == CloseKind::stop || k == CloseKind::reset || !port_.partitioned()) return;
+    pollfd pfd{efd_, POLLIN, 0};
+    ::ppoll(&pfd, 1, nullptr, nullptr);
+    woken_.store(false, std::memory_order_release);
+    uint64_t v;
+    [[maybe_unused]] auto n = ::read(efd_, &v, sizeof v);
+  }
+}
+
+void TcpConnection::close_socket() {
+  if (close_request() == CloseKind::reset)
     abort_socket(fd_);
   else
     ::close(fd_);
   fd_ = -1;
-  if (ctrl_) {
-    if (qid_ == 0) {
-      subsys_->remove_controller(ctrl_->cntlid());
-      ctrl_->tear_down();
-    } else {
-      ctrl_->unbind_io_queue(qid_, this);
-    }
-    ctrl_.reset();
-  }
   port_.counters().live_connections.fetch_sub(1, std::memory_order_relaxed);
   finished_.store(true, std::memory_order_release);
 }

@@ -3,10 +3,17 @@
 // events, and the per-port faults. PDUs are parsed by the shared codec (transport/tcp/pdu.hpp).
 //
 // Threading: run() is the connection's thread and owns everything except the members marked
-// "any thread": close requests, wake-ups, completions posted by the held-write thread and the
-// teardown time, which other threads use to reach a connection without blocking on it.
-// Sockets are non-blocking and the thread waits in ppoll on the socket and an eventfd, so a
-// close request or a fault change reaches it within one wake-up even while it is sending.
+// "any thread": close requests, wake-ups, completions posted by the held-write thread, events
+// posted by the CCR worker, and the teardown time, which other threads use to reach a
+// connection without blocking on it. Close requests, wake-ups and the teardown time are
+// atomics (a close request may only be raised, never lowered: stop and reset outrank the end
+// of an association); posted completions and events sit behind posted_mu_. Sockets are
+// non-blocking and the thread waits in ppoll on the socket and an eventfd, so a close request
+// or a fault change reaches it within one wake-up even while it is sending.
+//
+// Ending has two steps: the connection stops serving (it executes nothing more, leaves its
+// controller, and the teardown time is set), then its socket closes. Behind a partition the
+// second step waits until the partition heals, the way no FIN crosses a pulled cable.
 #pragma once
 
 #include <atomic>
@@ -56,6 +63,9 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   void wake() noexcept;
   /// Completes a held command (a delayed write) on this connection, if it is still alive.
   void post_completion(uint16_t slot, uint16_t cid, NvmeStatus st);
+  /// Raises an asynchronous event (Asynchronous Event Request DW0) on this admin connection:
+  /// it completes an outstanding AER, or the next one.
+  void post_event(uint32_t dw0);
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
   /// When the connection was found dead or closed (steady ns), 0 while it lives.
   uint64_t teardown_ns() const noexcept { return teardown_ns_.load(std::memory_order_acquire); }
@@ -108,7 +118,12 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   RecvResult receive();
   bool flush();
   short wait_for_events(uint64_t now);  // returns the socket's revents
-  void tear_down(CloseKind why);
+  void stop_serving();
+  void linger_while_partitioned();
+  void close_socket();
+  CloseKind close_request() const noexcept {
+    return static_cast<CloseKind>(close_req_.load(std::memory_order_acquire));
+  }
   Errc protocol_error(tcp::Fes fes, uint32_t fei, const char* what) noexcept;
   void fail_connection(tcp::Fes fes, uint32_t fei, const char* what, size_t offending_len);
   void on_data_digest_error();
@@ -139,6 +154,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   void execute_admin(Slot& s);
   void execute_io(Slot& s);
   void hold_aer(Slot& s);
+  void raise_event(uint32_t dw0);
   void raise_ana_event();
 
   TargetCore& core_;
@@ -167,6 +183,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   uint64_t closing_deadline_ = 0;
   bool write_shut_ = false;
   bool blackholed_ = false;
+  bool partitioned_ = false;  // the socket is not looked at (FaultKind::partition)
 
   std::shared_ptr<Controller> ctrl_;
   Subsystem* subsys_ = nullptr;
@@ -179,7 +196,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   uint32_t max_transfer_;
   std::multimap<uint64_t, uint16_t> delayed_;  // latency fault: due time -> slot
   std::vector<uint16_t> aers_;
-  bool aen_pending_ = false;
+  std::vector<uint32_t> pending_events_;  // raised while no AER was outstanding, oldest first
   uint64_t seen_ana_chgcnt_ = 0;
   std::vector<uint8_t> admin_out_;
 
@@ -189,8 +206,9 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   std::atomic<bool> has_posted_{false};
   std::atomic<uint64_t> teardown_ns_{0};
   std::atomic<bool> finished_{false};
-  std::mutex posted_mu_;  // guards posted_
+  std::mutex posted_mu_;  // guards posted_ and posted_events_
   std::vector<Posted> posted_;
+  std::vector<uint32_t> posted_events_;
 };
 
 }  // namespace nvmeof::target

@@ -31,6 +31,11 @@ bool is_connect(const Sqe& c) {
   return c.opcode == opcode::kFabrics && fabrics_type(c) == fctype::kConnect;
 }
 
+bool changes_data(const Sqe& c) {
+  return c.opcode == opcode::kWrite || c.opcode == opcode::kWriteZeroes ||
+         c.opcode == opcode::kDatasetManagement;
+}
+
 }  // namespace
 
 void TcpConnection::start_command(Slot& s, uint32_t icd_len) {
@@ -41,6 +46,11 @@ void TcpConnection::start_command(Slot& s, uint32_t icd_len) {
   const Sqe& c = s.sqe;
   if (!s.early.is_success()) return complete(s, s.early);
   if ((phase_ == Phase::await_connect) != is_connect(c)) return complete(s, status::kCommandSequenceError);
+  if (qid_ != 0 && c.opcode != opcode::kFabrics && port_.take_drop()) {
+    // Lost on the way in: the host waits for an answer that never comes.
+    port_.counters().commands_dropped.fetch_add(1, std::memory_order_relaxed);
+    return free_slot(s);
+  }
   if (auto st = classify_data(s, icd_len); !st.is_success()) return complete(s, st);
   if (qid_ != 0 && c.opcode != opcode::kFabrics) {
     if (auto st = check_io(s); !st.is_success()) return complete(s, st);
@@ -115,6 +125,13 @@ void TcpConnection::run_due(uint64_t now) {
 
 void TcpConnection::execute(Slot& s) {
   if (s.sqe.opcode == opcode::kFabrics) return execute_fabrics(s);
+  // An ended controller executes nothing more, not even what its queues already hold (a
+  // latency-delayed command, one received just before the close request reached us).
+  if (ctrl_->is_torn_down()) {
+    if (qid_ != 0 && changes_data(s.sqe))
+      port_.counters().writes_dropped_after_teardown.fetch_add(1, std::memory_order_relaxed);
+    return free_slot(s);
+  }
   if (qid_ == 0) return execute_admin(s);
   execute_io(s);
 }
@@ -193,6 +210,7 @@ void TcpConnection::execute_io(Slot& s) {
       w.mode = port_.write_delay_mode();
       w.cqt_ns = static_cast<uint64_t>(core_.opts.cqt_ms) * 1'000'000;
       w.conn = shared_from_this();
+      w.ctrl = ctrl_;
       w.port = &port_;
       w.ns = s.plan.ns;
       w.offset = s.plan.offset;
@@ -223,11 +241,12 @@ void TcpConnection::execute_io(Slot& s) {
   // Command Quiesce Time, honoured: a command that changes data never executes once its
   // connection is known to be gone. Without this, a connection thread that the scheduler held
   // off for longer than CQT could land a write after the host has fenced the path and moved it.
-  if (!s.plan.to_host && (c.opcode == opcode::kWrite || c.opcode == opcode::kWriteZeroes ||
-                          c.opcode == opcode::kDatasetManagement)) {
+  if (!s.plan.to_host && changes_data(c)) {
+    // Behind a partition the host's close is not seen, so the socket is not asked.
     pollfd pfd{fd_, POLLRDHUP, 0};
     if (teardown_ns_.load(std::memory_order_acquire) != 0 ||
-        (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
+        (!port_.partitioned() && ::poll(&pfd, 1, 0) > 0 &&
+         (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
       port_.counters().writes_dropped_after_teardown.fetch_add(1, std::memory_order_relaxed);
       free_slot(s);
       return;
@@ -239,23 +258,30 @@ void TcpConnection::execute_io(Slot& s) {
 
 void TcpConnection::hold_aer(Slot& s) {
   if (aers_.size() >= kMaxAers) return complete(s, kAerLimitExceeded);
-  if (aen_pending_) {
-    aen_pending_ = false;
-    return complete(s, status::kSuccess, kAnaChangeEvent);
+  if (!pending_events_.empty()) {
+    const uint32_t e = pending_events_.front();
+    pending_events_.erase(pending_events_.begin());
+    return complete(s, status::kSuccess, e);
   }
   s.state = SlotState::aer;
   aers_.push_back(s.index);
 }
 
-void TcpConnection::raise_ana_event() {
-  if (!(ctrl_->aec & kAecAnaChange)) return;
+void TcpConnection::raise_event(uint32_t dw0) {
   if (aers_.empty()) {
-    aen_pending_ = true;  // reported by the next Asynchronous Event Request
+    // Reported by the next Asynchronous Event Request. One pending notice per kind: the host
+    // reads the whole log page it names anyway.
+    if (std::find(pending_events_.begin(), pending_events_.end(), dw0) == pending_events_.end())
+      pending_events_.push_back(dw0);
     return;
   }
   Slot& s = *slots_[aers_.front()];
   aers_.erase(aers_.begin());
-  complete(s, status::kSuccess, kAnaChangeEvent);
+  complete(s, status::kSuccess, dw0);
+}
+
+void TcpConnection::raise_ana_event() {
+  if (ctrl_->aec & kAecAnaChange) raise_event(kAnaChangeEvent);
 }
 
 }  // namespace nvmeof::target

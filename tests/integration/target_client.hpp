@@ -203,10 +203,24 @@ class Client {
     prep_identify(c, cns_value, nsid);
     return exec(c, nullptr, 0, 4096);
   }
-  Reply get_log(uint8_t lid, uint32_t len, uint64_t offset = 0) {
+  Reply get_log(uint8_t lid, uint32_t len, uint64_t offset = 0, uint8_t lsp = 0) {
     Sqe c;
-    prep_get_log_page(c, lid, 0xffffffff, len, offset);
+    prep_get_log_page(c, lid, 0xffffffff, len, offset, lsp);
     return exec(c, nullptr, 0, len);
+  }
+  /// Cross-Controller Reset of controller `icid` named by its CIU and CIRN.
+  Reply ccr(uint16_t icid, uint8_t ciu, uint64_t cirn) {
+    Sqe c;
+    prep_cross_controller_reset(c, icid, ciu, cirn);
+    return exec(c);
+  }
+  /// Sends an Asynchronous Event Request with command id `cid` (wait_reply(cid) collects it).
+  void send_aer(uint16_t cid) {
+    Sqe c;
+    prep_async_event_request(c);
+    c.cid = cid;
+    set_sgl(c, sgl::kTransportDataBlock, 0, 0);
+    send_capsule(c);
   }
   Reply write(uint32_t nsid, uint64_t slba, uint32_t nlb, const void* data, uint32_t len) {
     Sqe c;
@@ -220,17 +234,19 @@ class Client {
   }
 
   /// Admin queue up to a ready controller: ICReq, Connect, CC.EN = 1.
-  bool open_admin(uint16_t port, const std::string& subnqn, uint32_t kato_ms = 0) {
+  bool open_admin(uint16_t port, const std::string& subnqn, uint32_t kato_ms = 0,
+                  const char* hostnqn = kHostNqn) {
     if (!connect(port) || !ic()) return false;
-    auto r = connect_queue(subnqn, 0, 0xffff, kato_ms);
+    auto r = connect_queue(subnqn, 0, 0xffff, kato_ms, 31, hostnqn);
     if (!r.ok || !r.status().is_success()) return false;
     cntlid_ = static_cast<uint16_t>(r.cqe.dw0);
     return property_set(prop::kCc, 1 | (6u << 16) | (4u << 20)).ok;
   }
-  bool open_io(uint16_t port, const std::string& subnqn, uint16_t cntlid, uint16_t qid = 1) {
+  bool open_io(uint16_t port, const std::string& subnqn, uint16_t cntlid, uint16_t qid = 1,
+               const char* hostnqn = kHostNqn) {
     if (!connect(port) || !ic()) return false;
     icd_ = 8192;
-    auto r = connect_queue(subnqn, qid, cntlid);
+    auto r = connect_queue(subnqn, qid, cntlid, 0, 31, hostnqn);
     return r.ok && r.status().is_success();
   }
   uint16_t cntlid() const { return cntlid_; }

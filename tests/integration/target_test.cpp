@@ -58,11 +58,71 @@ std::vector<uint8_t> ns_bytes(Target& t, uint64_t offset, size_t len, const char
 struct Queues {
   Client admin;
   Client io;
-  Queues(Rig& rig, size_t port, const std::string& nqn = kNqn) {
-    REQUIRE(admin.open_admin(rig.port(port), nqn));
+  Queues(Rig& rig, size_t port, const std::string& nqn = kNqn, uint32_t kato_ms = 0) {
+    REQUIRE(admin.open_admin(rig.port(port), nqn, kato_ms));
     REQUIRE(io.open_io(rig.port(port), nqn, admin.cntlid()));
   }
 };
+
+constexpr char kOtherHost[] = "nqn.2014-08.org.nvmexpress:uuid:target-test-other-host";
+constexpr uint32_t kCcrDone = ccr::kImmediateResetSuccessful | ccr::kValidated | ccr::kControllerLevelReset;
+constexpr uint32_t kCcrEvent = 0x001EF402;
+
+ControllerInfo identify_controller(Client& admin) {
+  auto r = admin.identify(cns::kController);
+  REQUIRE(r.ok);
+  auto info = parse_identify_controller(r.data);
+  REQUIRE(info);
+  return *info;
+}
+
+// Polls `done` every millisecond for up to `limit`; true once it holds.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = 3000ms) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Sends a one-block in-capsule write with command id `cid` and returns without its answer.
+void send_write(Client& io, uint16_t cid, uint64_t lba, const std::vector<uint8_t>& data) {
+  Sqe w;
+  prep_write(w, 1, lba, 1);
+  w.cid = cid;
+  set_sgl(w, sgl::kDataBlockOffset, 0, kBlock);
+  io.send_capsule(w, data.data(), kBlock);
+}
+
+struct CcrLogEntry {
+  uint16_t icid;
+  uint8_t ciu;
+  uint16_t acid;
+  uint8_t ccrs;
+  uint8_t ccrf;
+};
+
+std::vector<CcrLogEntry> ccr_log(Client& admin, uint8_t lsp = 0) {
+  auto r = admin.get_log(log_page::kCrossControllerReset, 4096, 0, lsp);
+  REQUIRE(r.ok);
+  REQUIRE(r.status().is_success());
+  uint16_t ne = 0;
+  std::memcpy(&ne, r.data.data(), 2);
+  std::vector<CcrLogEntry> out;
+  for (uint16_t i = 0; i < ne; ++i) {
+    const uint8_t* p = r.data.data() + ccr::kLogHeaderLen + i * ccr::kLogEntryLen;
+    CcrLogEntry e{};
+    std::memcpy(&e.icid, p, 2);
+    e.ciu = p[2];
+    std::memcpy(&e.acid, p + 4, 2);
+    e.ccrs = p[6];
+    e.ccrf = p[7];
+    out.push_back(e);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -737,4 +797,320 @@ TEST_CASE("stop() closes every connection and is idempotent", "[target]") {
   TargetOptions bad = options(1);
   bad.subsystems[0].namespaces[0].block_size = 1024;
   CHECK(Target::start(bad).error() == make_error_code(Errc::invalid_argument));
+}
+
+TEST_CASE("Identify reports CIU, CIRN and CCRL; KATO rounds up to KAS", "[target][admin][ccr]") {
+  SECTION("CCR enabled") {
+    Rig rig;
+    Client a, b;
+    REQUIRE(a.open_admin(rig.port(0), kNqn, 250));
+    REQUIRE(b.open_admin(rig.port(1), kNqn));
+    const ControllerInfo ia = identify_controller(a), ib = identify_controller(b);
+    CHECK(ia.ciu != 0);
+    CHECK(ia.cirn != ib.cirn);
+    CHECK(ia.ccrl == kCcrLimit);
+    CHECK(ia.cqt_ms == 50);
+    CHECK(ia.traffic_based_keep_alive());
+    // A new instance (CSTS.RDY asserted again): another CIU and CIRN.
+    REQUIRE(a.property_set(prop::kCc, 0).status().is_success());
+    REQUIRE(a.property_set(prop::kCc, 1 | (6u << 16) | (4u << 20)).status().is_success());
+    const ControllerInfo again = identify_controller(a);
+    CHECK(again.ciu != 0);
+    CHECK(again.ciu != ia.ciu);
+    CHECK(again.cirn != ia.cirn);
+
+    Sqe f;
+    prep_get_features(f, feature::kKeepAliveTimer);
+    CHECK(a.exec(f).cqe.dw0 == 300);  // Connect asked 250
+    prep_set_features(f, feature::kKeepAliveTimer, 150);
+    REQUIRE(a.exec(f).status().is_success());
+    prep_get_features(f, feature::kKeepAliveTimer);
+    CHECK(a.exec(f).cqe.dw0 == 200);
+
+    // Discovery controllers take no part in CCR.
+    Client d;
+    REQUIRE(d.open_admin(rig.port(0), kDiscoveryNqn));
+    const ControllerInfo id = identify_controller(d);
+    CHECK(id.ciu == 0);
+    CHECK(id.cirn == 0);
+    CHECK(id.ccrl == 0);
+    CHECK(d.ccr(a.cntlid(), again.ciu, again.cirn).status() == status::kInvalidOpcode);
+  }
+  SECTION("CCR disabled, CQT not reported") {
+    auto o = options(2);
+    o.ccr = CcrSupport::disabled;
+    o.report_cqt = false;
+    Rig rig(o);
+    Client a, b;
+    REQUIRE(a.open_admin(rig.port(0), kNqn));
+    REQUIRE(b.open_admin(rig.port(1), kNqn));
+    const ControllerInfo ia = identify_controller(a);
+    CHECK(ia.ccrl == 0);
+    CHECK(ia.cqt_ms == 0);
+    CHECK(ia.ciu != 0);
+    CHECK(b.ccr(a.cntlid(), ia.ciu, ia.cirn).status() == status::kInvalidOpcode);
+    CHECK(b.get_log(log_page::kCrossControllerReset, 16).status().code() == 0x109);
+    CHECK(a.identify(cns::kController).ok);  // A untouched
+  }
+}
+
+TEST_CASE("CCR through controller B resets controller A", "[target][ccr]") {
+  Rig rig;  // CQT 50 ms
+  Queues qa(rig, 0);
+  Client b;
+  REQUIRE(b.open_admin(rig.port(1), kNqn));
+  const ControllerInfo ia = identify_controller(qa.admin);
+
+  // A held write (delay_writes honour) and a latency-delayed one, both received before the CCR.
+  rig.t->delay_writes(0, 300ms);
+  send_write(qa.io, 71, 20, stamped(20, 1, 1));
+  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 1; }));
+  rig.t->delay_writes(0, 0ms);
+  rig.t->set_latency(0, 150ms);
+  send_write(qa.io, 72, 21, stamped(21, 1, 1));
+  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 2; }));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(r.ok);
+  REQUIRE(r.status().is_success());
+  CHECK(r.cqe.dw0 == kCcrDone);
+  std::printf("synchronous CCR took %lld us\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
+  // The held write was dropped before the CCR completed.
+  CHECK(rig.t->stats(0).delayed_writes_dropped == 1);
+  CHECK(rig.t->stats(1).ccr_received == 1);
+  CHECK(rig.t->stats(1).ccr_completed == 1);
+  CHECK(qa.admin.closed_within(1000));
+  CHECK(qa.io.closed_within(1000));
+
+  // A is gone: no queue joins it, a second CCR names nothing.
+  Client late;
+  REQUIRE(late.connect(rig.port(0)));
+  REQUIRE(late.ic());
+  CHECK(late.connect_queue(kNqn, 2, qa.admin.cntlid()).status() == status::kConnectInvalidParameters);
+  CHECK(b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn).status() == status::kInvalidField);
+  CHECK(ccr_log(b).empty());  // a reset that finished at once leaves no log entry
+
+  // Neither write ever executes, not even once their delays are over.
+  std::this_thread::sleep_for(350ms);
+  rig.t->clear_faults(0);
+  CHECK(ns_bytes(*rig.t, 20 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
+  CHECK(rig.t->stats(0).delayed_writes_executed == 0);
+  CHECK(rig.t->stats(0).keep_alive_expiries == 0);
+}
+
+TEST_CASE("CCR of a controller behind a partition", "[target][ccr][partition]") {
+  Rig rig;
+  Queues qa(rig, 0);
+  Client b;
+  REQUIRE(b.open_admin(rig.port(1), kNqn));
+  const ControllerInfo ia = identify_controller(qa.admin);
+  rig.t->delay_writes(0, 300ms);
+  send_write(qa.io, 71, 30, stamped(30, 1, 1));
+  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 1; }));
+  rig.t->inject(0, FaultKind::partition);
+
+  auto r = b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn);
+  REQUIRE(r.status().is_success());
+  CHECK(r.cqe.dw0 == kCcrDone);
+  CHECK(rig.t->stats(0).delayed_writes_dropped == 1);
+  // No FIN crosses the partition: A's sockets close only once it heals.
+  CHECK_FALSE(qa.admin.closed_within(100));
+  CHECK(rig.t->stats(0).live_connections == 2);
+  rig.t->clear_faults(0);
+  CHECK(qa.admin.closed_within(1000));
+  CHECK(qa.io.closed_within(1000));
+  CHECK(ns_bytes(*rig.t, 30 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));
+}
+
+TEST_CASE("CCR rejects what names no other live controller of the same host", "[target][ccr]") {
+  Rig rig;
+  Queues qa(rig, 0);
+  Client b, other;
+  REQUIRE(b.open_admin(rig.port(1), kNqn));
+  REQUIRE(other.open_admin(rig.port(1), kNqn, 0, kOtherHost));
+  const ControllerInfo ia = identify_controller(qa.admin);
+  const uint16_t a = qa.admin.cntlid();
+  CHECK(b.ccr(a, static_cast<uint8_t>(ia.ciu + 1), ia.cirn).status() == status::kInvalidField);
+  CHECK(b.ccr(a, ia.ciu, ia.cirn ^ 1).status() == status::kInvalidField);
+  CHECK(b.ccr(0x7777, ia.ciu, ia.cirn).status() == status::kInvalidField);
+  const ControllerInfo ib = identify_controller(b);
+  CHECK(b.ccr(b.cntlid(), ib.ciu, ib.cirn).status() == status::kInvalidField);  // itself
+  CHECK(other.ccr(a, ia.ciu, ia.cirn).status() == status::kInvalidField);  // another host's
+  CHECK(rig.t->stats(1).ccr_received == 5);
+  CHECK(rig.t->stats(1).ccr_completed == 0);
+  // A still serves.
+  const auto d = stamped(5, 1, 1);
+  CHECK(qa.io.write(1, 5, 1, d.data(), kBlock).status().is_success());
+  CHECK(qa.io.read(1, 5, 1, kBlock).data == d);
+}
+
+TEST_CASE("CCR limit and a reset already in progress", "[target][ccr]") {
+  auto o = options(2);
+  o.ccr_async = true;
+  o.ccr_async_delay = 60s;  // every reset stays in progress for the whole test
+  Rig rig(o);
+  Client b;
+  REQUIRE(b.open_admin(rig.port(1), kNqn));
+  std::vector<std::unique_ptr<Client>> others;
+  std::vector<ControllerInfo> ids;
+  for (int i = 0; i < kCcrLimit + 1; ++i) {
+    others.push_back(std::make_unique<Client>());
+    REQUIRE(others.back()->open_admin(rig.port(0), kNqn));
+    ids.push_back(identify_controller(*others.back()));
+  }
+  for (int i = 0; i < kCcrLimit; ++i) {
+    auto r = b.ccr(ids[i].cntlid, ids[i].ciu, ids[i].cirn);
+    REQUIRE(r.status().is_success());
+    CHECK(r.cqe.dw0 == 0);  // in progress
+  }
+  const NvmeStatus in_progress = NvmeStatus::make(Sct::command_specific, ccr::kScInProgress, true);
+  const NvmeStatus limit = NvmeStatus::make(Sct::command_specific, ccr::kScLimitExceeded, true);
+  CHECK(b.ccr(ids[0].cntlid, ids[0].ciu, ids[0].cirn).status() == in_progress);
+  CHECK(b.ccr(ids[kCcrLimit].cntlid, ids[kCcrLimit].ciu, ids[kCcrLimit].cirn).status() == limit);
+  auto log = ccr_log(b, 1);  // RMC keeps entries still in progress
+  REQUIRE(log.size() == kCcrLimit);
+  for (int i = 0; i < kCcrLimit; ++i) {
+    CHECK(log[i].icid == ids[i].cntlid);
+    CHECK(log[i].ciu == ids[i].ciu);
+    CHECK(log[i].acid == b.cntlid());
+    CHECK(log[i].ccrs == ccr::kStatusInProgress);
+    CHECK(log[i].ccrf == 0);
+  }
+  CHECK(ccr_log(b).size() == kCcrLimit);
+  // The impacted controllers were torn down at once; only the report waits.
+  for (int i = 0; i < kCcrLimit; ++i) CHECK(others[i]->closed_within(1000));
+}
+
+TEST_CASE("asynchronous CCR: DW0 0, then the event and the log entry", "[target][ccr][aen]") {
+  auto o = options(2);
+  o.ccr_async = true;
+  o.ccr_async_delay = 20ms;
+  Rig rig(o);
+  Queues qa(rig, 0);
+  Client b;
+  REQUIRE(b.open_admin(rig.port(1), kNqn));
+  const ControllerInfo ia = identify_controller(qa.admin);
+  b.send_aer(900);
+  auto r = b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn);
+  REQUIRE(r.status().is_success());
+  CHECK(r.cqe.dw0 == 0);
+  auto ev = b.wait_reply(900, nullptr, 2000);
+  REQUIRE(ev.ok);
+  CHECK(ev.cqe.dw0 == kCcrEvent);
+  CHECK(rig.t->stats(1).ccr_completed == 1);
+  CHECK(qa.admin.closed_within(1000));
+  CHECK(qa.io.closed_within(1000));
+
+  auto log = ccr_log(b);
+  REQUIRE(log.size() == 1);
+  CHECK(log[0].icid == qa.admin.cntlid());
+  CHECK(log[0].ciu == ia.ciu);
+  CHECK(log[0].acid == b.cntlid());
+  CHECK(log[0].ccrs == ccr::kStatusSuccess);
+  CHECK(log[0].ccrf == 0x03);  // V | CLRI
+  CHECK(ccr_log(b, 1).size() == 1);  // RMC returns it, then removes it
+  CHECK(ccr_log(b).empty());
+
+  // A notice raised while no AER is outstanding is kept for the next one.
+  Queues qc(rig, 0);
+  const ControllerInfo ic = identify_controller(qc.admin);
+  REQUIRE(b.ccr(qc.admin.cntlid(), ic.ciu, ic.cirn).status().is_success());
+  REQUIRE(eventually([&] { return rig.t->stats(1).ccr_completed == 2; }));
+  b.send_aer(901);
+  auto ev2 = b.wait_reply(901, nullptr, 2000);
+  REQUIRE(ev2.ok);
+  CHECK(ev2.cqe.dw0 == kCcrEvent);
+}
+
+TEST_CASE("keep-alive ends a blackholed controller at KATO", "[target][keepalive][faults]") {
+  Rig rig(options(1));
+  Queues q(rig, 0, kNqn, 300);
+  const auto t0 = std::chrono::steady_clock::now();
+  Sqe k;
+  prep_keep_alive(k);
+  REQUIRE(q.admin.exec(k).status().is_success());  // the timer restarts after t0
+  rig.t->inject(0, FaultKind::blackhole);
+  REQUIRE(q.admin.closed_within(3000));
+  const auto ended = std::chrono::steady_clock::now() - t0;
+  CHECK(ended >= 300ms);
+  CHECK(ended < 600ms);
+  CHECK(q.io.closed_within(1000));
+  CHECK(rig.t->stats(0).keep_alive_expiries == 1);
+  rig.t->clear_faults(0);
+}
+
+TEST_CASE("partition: the host's close goes unnoticed, keep-alive ends the controller",
+          "[target][keepalive][faults][partition]") {
+  Rig rig(options(1));  // CQT 50 ms
+  Queues gone(rig, 0, kNqn, 300);  // its host closes its sockets behind the partition
+  Queues kept(rig, 0, kNqn, 300);  // its host keeps them
+  rig.t->delay_writes(0, 1000ms);
+  const auto data = stamped(40, 1, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  send_write(gone.io, 81, 40, data);  // the last command of either controller: after t0
+  send_write(kept.io, 82, 41, data);
+  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 2; }));
+  rig.t->inject(0, FaultKind::partition);
+  gone.admin.close();
+  gone.io.close();
+
+  REQUIRE(eventually([&] { return rig.t->stats(0).keep_alive_expiries == 2; }));
+  const auto ended = std::chrono::steady_clock::now() - t0;
+  std::printf("partitioned controllers ended %lld ms after their last command (KATO 300 ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(ended).count()));
+  CHECK(ended >= 300ms);
+  CHECK(ended < 550ms);
+  CHECK(rig.t->stats(0).live_connections == 4);  // nothing noticed the host's close
+  // Held writes come due long after teardown + CQT: dropped.
+  REQUIRE(eventually([&] { return rig.t->stats(0).delayed_writes_dropped == 2; }));
+  CHECK(rig.t->stats(0).delayed_writes_executed == 0);
+  CHECK(ns_bytes(*rig.t, 40 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
+
+  CHECK_FALSE(kept.admin.closed_within(50));
+  // New connections get nothing behind the partition.
+  Client fresh;
+  REQUIRE(fresh.connect(rig.port(0)));
+  CHECK_FALSE(fresh.ic());
+  rig.t->clear_faults(0);
+  // Healed: the ended controller's sockets close now.
+  CHECK(kept.admin.closed_within(1000));
+  CHECK(kept.io.closed_within(1000));
+  REQUIRE(eventually([&] { return rig.t->stats(0).live_connections == 1; }));  // `fresh`
+}
+
+TEST_CASE("drop_commands: N commands never answered, later ones answered", "[target][faults]") {
+  Rig rig(options(1));
+  Queues q(rig, 0);
+  const auto d = stamped(7, 1, 1);
+  REQUIRE(q.io.write(1, 7, 1, d.data(), kBlock).status().is_success());
+  rig.t->drop_commands(0, 2);
+  Sqe r;
+  prep_read(r, 1, 7, 1);
+  r.cid = 501;
+  set_sgl(r, sgl::kTransportDataBlock, 0, kBlock);
+  q.io.send_capsule(r);
+  send_write(q.io, 502, 8, stamped(8, 1, 1));
+  Sqe k;
+  prep_keep_alive(k);
+  CHECK(q.admin.exec(k).status().is_success());  // admin commands are never dropped
+  r.cid = 503;
+  q.io.send_capsule(r);
+  // Answers come in order on one queue: the first PDU back is 503's.
+  auto p = q.io.next(2000);
+  REQUIRE(p);
+  REQUIRE(p->type == tcp::PduType::c2h_data);
+  CHECK(p->as<tcp::DataHeader>().cccid == 503);
+  CHECK(p->data == d);
+  if (!(p->as<tcp::DataHeader>().ch.flags & tcp::pdu_flag::kSuccess)) {
+    auto resp = q.io.next(2000);
+    REQUIRE(resp);
+    CHECK(resp->as<tcp::CapsuleResp>().cqe.cid == 503);
+  }
+  CHECK_FALSE(q.io.next(50));
+  CHECK(rig.t->stats(0).commands_dropped == 2);
+  CHECK(ns_bytes(*rig.t, 8 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));  // never executed
+  CHECK(q.io.read(1, 7, 1, kBlock).data == d);
 }
