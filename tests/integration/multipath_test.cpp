@@ -201,6 +201,61 @@ TEST_CASE("a silent (blackholed) path is detected by deadline and left behind", 
   CHECK(st.timeline.at(0).cause.find("deadline") != std::string::npos);
 }
 
+// The path keeps completing the commands sent after the lost one: only the command's own
+// deadline can notice, and the I/O must still complete, elsewhere, with no error.
+TEST_CASE("a command the target silently drops on a busy path completes on another path", "[multipath][fault]") {
+  Rig rig(2, SelectorKind::round_robin);
+  run_fault(rig, [&] { rig.target->drop_commands(0, 1); }, 700ms, true);
+  auto st = rig.vol->stats();
+  CHECK(rig.target->stats(0).commands_dropped == 1);
+  CHECK(st.paths[0].failovers >= 1);
+  CHECK(st.timeline.at(0).cause.find("lost") != std::string::npos);
+}
+
+TEST_CASE("no_path_timeout fails waiting I/O by a timer, with a path error", "[multipath][fault]") {
+  TargetOptions to;
+  to.ports[0].trsvcid = "0";
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  auto t = Target::start(to);
+  REQUIRE(t);
+  VolumeOptions vo;
+  TransportAddress a;
+  a.trsvcid = std::to_string((*t)->port_number(0));
+  vo.paths.push_back(a);
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  vo.no_path_timeout = 300ms;
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  (*t)->set_ana_state(0, AnaState::inaccessible);
+  // Wait until the volume knows the path is unusable, so the read waits instead of failing over.
+  for (int i = 0; i < 5000 && (*v)->usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE((*v)->usable_paths() == 0);
+  std::vector<uint8_t> buf(kBlock);
+  std::atomic<bool> fin{false};
+  std::atomic<uint16_t> raw{0};
+  VolumeIo io;
+  io.op = IoOp::read;
+  io.slba = 1;
+  io.nlb = 1;
+  io.buf = buf.data();
+  io.user = &fin;
+  static std::atomic<uint16_t>* status_out;
+  status_out = &raw;
+  io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+    status_out->store(s.raw);
+    static_cast<std::atomic<bool>*>(i.user)->store(true);
+  };
+  REQUIRE((*v)->submit(io) == 0);
+  // Nothing completes on the volume meanwhile: only its timer can end the wait.
+  for (int i = 0; i < 10000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(fin.load());
+  const NvmeStatus st{raw.load()};
+  CHECK(st.sct() == Sct::path);
+  CHECK(st.sc() == 0x70);
+  CHECK(st.dnr());
+  CHECK((*v)->stats().failed == 1);
+}
+
 TEST_CASE("a slow path keeps working without errors", "[multipath][fault]") {
   Rig rig(2);
   run_fault(rig, [&] { rig.target->set_latency(0, 3ms); }, 500ms, false);
