@@ -43,6 +43,7 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
   TargetOptions t;
   t.ports.assign(o.paths, port);
   t.subsystems = {sub};
+  t.ccr = o.ccr ? CcrSupport::enabled : CcrSupport::disabled;
   return Target::start(t);
 }
 
@@ -90,6 +91,7 @@ class FaultDriver {
       case FaultArg::none: break;
       case FaultArg::reset: target_->inject(port, FaultKind::reset); break;
       case FaultArg::blackhole: target_->inject(port, FaultKind::blackhole); break;
+      case FaultArg::partition: target_->inject(port, FaultKind::partition); break;
       case FaultArg::ana_inaccessible: target_->set_ana_state(port, AnaState::inaccessible); break;
       case FaultArg::ana_change: target_->set_ana_state(port, AnaState::change); break;
       case FaultArg::slow:
@@ -159,6 +161,8 @@ int main(int argc, char** argv) {
   vo.memory_node = o.memory_node;
   vo.io_deadline = std::chrono::duration_cast<std::chrono::microseconds>(o.io_deadline);
   vo.fence_bound = std::chrono::duration_cast<std::chrono::milliseconds>(o.fence_bound);
+  vo.use_ccr = o.ccr;
+  vo.connect.kato_ms = o.kato_ms;
 
   auto opened = Volume::open(vo);
   if (!opened) {

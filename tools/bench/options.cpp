@@ -26,6 +26,7 @@ const char* to_string(FaultArg f) noexcept {
     case FaultArg::none: return "none";
     case FaultArg::reset: return "reset";
     case FaultArg::blackhole: return "blackhole";
+    case FaultArg::partition: return "partition";
     case FaultArg::ana_inaccessible: return "ana-inaccessible";
     case FaultArg::ana_change: return "ana-change";
     case FaultArg::slow: return "slow";
@@ -125,7 +126,7 @@ ParsedArgs parse_args(int argc, char** argv) {
       {"none", Digest::none}, {"header", Digest::header}, {"data", Digest::data},
       {"both", Digest::both}};
   const std::map<std::string, FaultArg> fault_names = {
-      {"reset", FaultArg::reset}, {"blackhole", FaultArg::blackhole},
+      {"reset", FaultArg::reset}, {"blackhole", FaultArg::blackhole}, {"partition", FaultArg::partition},
       {"ana-inaccessible", FaultArg::ana_inaccessible}, {"ana-change", FaultArg::ana_change},
       {"slow", FaultArg::slow}, {"fail-status", FaultArg::fail_status}};
 
@@ -178,6 +179,13 @@ ParsedArgs parse_args(int argc, char** argv) {
                  "wait before writes leave a dead path when the target reports no CQT "
                  "(0: the keep-alive timeout)")
       ->check(duration_check);
+  std::string ccr = "on", kato;
+  app.add_option("--ccr", ccr,
+                 "Cross-Controller Reset: on (writes leave a silent path once another controller "
+                 "reset it) or off (they wait 3 x KATO + CQT); with --embedded, the target's too")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--kato", kato, "keep-alive timeout (default: the shortest the target allows)")
+      ->check(duration_check);
   app.add_flag("--show-placement", o.show_placement, "print the placement plan");
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
@@ -221,6 +229,10 @@ ParsedArgs parse_args(int argc, char** argv) {
   o.slow_latency = *parse_duration(slow_latency);
   o.io_deadline = *parse_duration(io_deadline);
   o.fence_bound = *parse_duration(fence_bound);
+  o.ccr = ccr == "on";
+  if (!kato.empty())
+    o.kato_ms = static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(*parse_duration(kato)).count());
   if (!o.has_fault()) o.fail_kind = FaultArg::none;
   if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
   return {o, 0};

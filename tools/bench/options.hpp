@@ -21,7 +21,8 @@ const char* to_string(RwMode m) noexcept;
 enum class FaultArg : uint8_t {
   none,
   reset,             ///< connections reset (RST)
-  blackhole,         ///< sockets stay open, nothing answers
+  blackhole,         ///< sockets stay open, nothing answers (the target still sees a close)
+  partition,         ///< a pulled cable: nothing in or out, only keep-alive ends the controller
   ana_inaccessible,  ///< the port's ANA group becomes inaccessible
   ana_change,        ///< the group enters `change`, back to optimized 100 ms later
   slow,              ///< every command on the port is delayed by --slow-latency
@@ -50,6 +51,8 @@ struct BenchOptions {
   bool show_placement = false;
   std::chrono::nanoseconds io_deadline{0};  ///< per-command deadline; 0: the volume's default
   std::chrono::nanoseconds fence_bound{0};  ///< 0: the target's CQT, else the keep-alive timeout
+  bool ccr = true;                      ///< Cross-Controller Reset (target and volume)
+  uint32_t kato_ms = kKatoShortest;     ///< keep-alive timeout asked for
   bool verify = true;
   bool json = false;
   int fail_path = -1;

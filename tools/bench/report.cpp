@@ -133,6 +133,7 @@ nlohmann::json to_json(const BenchReport& r) {
          {"cause", e.cause},
          {"detect_ms", ns_to_ms(static_cast<double>(e.detect_ns) - static_cast<double>(f.inject_ns))},
          {"fenced_ms", since_injection_ms(e, e.fenced_us, f.inject_ns)},
+         {"fence_rule", e.fence_rule},
          {"first_resubmit_ms", since_injection_ms(e, e.first_resubmit_us, f.inject_ns)},
          {"first_success_ms", since_injection_ms(e, e.first_success_us, f.inject_ns)},
          {"reconnected_ms", since_injection_ms(e, e.reconnected_us, f.inject_ns)},
@@ -170,6 +171,7 @@ nlohmann::json to_json(const BenchReport& r) {
         {"reactors", o.reactors},
         {"io_deadline_ms", std::chrono::duration<double, std::milli>(o.io_deadline).count()},
         {"fence_bound_ms", std::chrono::duration<double, std::milli>(o.fence_bound).count()},
+        {"ccr", o.ccr},
         {"verify", o.verify},
         {"seed", o.seed}}},
       {"namespace", {{"block_size", r.block_size}, {"size_blocks", r.namespace_blocks}}},
@@ -280,6 +282,7 @@ std::string to_text(const BenchReport& r) {
     for (const json& e : f["timeline"])
       out << "    path " << e["path"] << " (" << e["cause"].get<std::string>()
           << "): detect " << ms(e["detect_ms"]) << ", fenced " << ms(e["fenced_ms"])
+          << (e["fence_rule"].get<std::string>().empty() ? "" : " by " + e["fence_rule"].get<std::string>())
           << ", first resubmit " << ms(e["first_resubmit_ms"]) << ", first success "
           << ms(e["first_success_ms"]) << ", reconnected " << ms(e["reconnected_ms"]) << "; moved "
           << e["reads_moved"] << " reads, " << e["writes_moved"] << " writes\n";
