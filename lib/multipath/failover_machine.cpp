@@ -76,21 +76,32 @@ bool FailoverMachine::on_failure(int path, uint32_t generation, LossCause cause,
   p.detect_ns = detect_ns;
   p.peer_fence_at = UINT64_MAX;
   std::fill(p.ccr_tried.begin(), p.ccr_tried.end(), false);
+  p.ccr_pending = false;
+  p.torn_down = false;
   env_.close_lanes(path);
-  env_.fence_endpoint(path);
   if (mode_ == FenceMode::skip_unsafe) {
     fence(path, FenceRule::skipped);
     return true;
   }
   if (cause == LossCause::peer_closed) {
+    tear_down(path);
     p.peer_fence_at = detect_ns + p.facts.times.quiesce_ns;
     env_.arm_timer(path, p.peer_fence_at, token(TimerKind::peer_quiesce, generation));
     return true;
   }
   // The time rule always stands behind CCR: a reset that fails or never answers costs the hold.
   env_.arm_timer(path, detect_ns + p.facts.times.hold_ns, token(TimerKind::hold, generation));
-  if (p.facts.can_be_reset) try_ccr(path);
+  // Our own teardown waits for the CCR: were our admin queue's close to end the controller
+  // first, the CCR would find nothing to reset and prove nothing.
+  if (!(p.facts.can_be_reset && try_ccr(path))) tear_down(path);
   return true;
+}
+
+void FailoverMachine::tear_down(int path) {
+  auto& p = paths_[idx(path)];
+  if (p.torn_down) return;
+  p.torn_down = true;
+  env_.fence_endpoint(path);
 }
 
 bool FailoverMachine::try_ccr(int failed) {
@@ -101,6 +112,7 @@ bool FailoverMachine::try_ccr(int failed) {
         !via.facts.can_reset_others || via.ccr_out >= via.facts.ccrl)
       continue;
     f.ccr_tried[v] = true;
+    f.ccr_pending = true;
     ++via.ccr_out;
     env_.start_ccr(failed, static_cast<int>(v), f.generation);
     return true;
@@ -113,11 +125,13 @@ void FailoverMachine::on_ccr_done(int failed, int via, uint32_t generation, bool
   if (v.ccr_out > 0) --v.ccr_out;
   auto& f = paths_[idx(failed)];
   if (f.state != PathState::failed || f.generation != generation) return;
+  f.ccr_pending = false;
   if (ok) {
     fence(failed, FenceRule::ccr);
     return;
   }
-  try_ccr(failed);  // another controller may do better; the hold timer is armed regardless
+  // Another controller may do better; the hold timer is armed regardless.
+  if (!try_ccr(failed)) tear_down(failed);
 }
 
 void FailoverMachine::on_timer(int path, uint64_t tok) {
@@ -140,6 +154,7 @@ void FailoverMachine::on_timer(int path, uint64_t tok) {
 
 void FailoverMachine::fence(int path, FenceRule rule) {
   auto& p = paths_[idx(path)];
+  tear_down(path);
   p.state = PathState::fenced;
   p.rule = rule;
   env_.publish_fenced(path, p.generation, rule);

@@ -55,7 +55,8 @@ class FailoverEnv {
   virtual void arm_timer(int path, uint64_t at_ns, uint64_t token) = 0;
   /// Every lane stops using the path's queue pairs (their commands complete as path errors).
   virtual void close_lanes(int path) = 0;
-  /// Tears our side of the path's controller down (a kernel path: resets the controller).
+  /// Tears our side of the path's controller down (a kernel path: resets the controller). Not
+  /// while a CCR of it is in progress: the controller must still exist for the CCR to name it.
   virtual void fence_endpoint(int path) = 0;
   /// Sends a Cross-Controller Reset of `failed`'s controller through `via`'s; its result comes
   /// back as on_ccr_done(failed, via, generation, ok).
@@ -119,6 +120,8 @@ class FailoverMachine {
     uint64_t peer_fence_at = UINT64_MAX;  // earliest peer_closed fence armed
     std::vector<bool> ccr_tried;          // via paths tried for the current failure
     uint32_t ccr_out = 0;                 // CCRs in progress through this path
+    bool ccr_pending = false;             // a CCR of this path is in progress
+    bool torn_down = false;               // fence_endpoint called for the current failure
     std::chrono::milliseconds backoff{0};
     bool connecting = false;
   };
@@ -128,6 +131,7 @@ class FailoverMachine {
     return (static_cast<uint64_t>(generation) << 8) | static_cast<uint64_t>(k);
   }
   void fence(int path, FenceRule rule);
+  void tear_down(int path);
   bool try_ccr(int failed);
   void connect(int path);
 

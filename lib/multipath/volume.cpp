@@ -148,7 +148,6 @@ Result<void> VolumeImpl::open() {
       std::fprintf(stderr, "nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
                    r.error().message().c_str());
   }
-  ctl_thread_ = std::thread([this] { ctx_.run(); });
 
   for (auto& sp : paths_) {
     const bool live = sp->state.load() == PathState::live;
@@ -193,10 +192,27 @@ Result<void> VolumeImpl::attach_all(int path, uint32_t generation, std::chrono::
 void VolumeImpl::ana_poll() {
   if (stopping_.load()) return;
   bool unsettled = false;
+  const uint64_t now = Reactor::clock_ns();
   for (auto& sp : paths_) {
     const AnaState a = sp->ana.load();
     const bool live = sp->state.load() == PathState::live;
     unsettled |= live && a != AnaState::optimized && a != AnaState::non_optimized;
+    // A path holds its I/O through an ANA transition for at most ANATT; past it the controller
+    // is not coming back by itself, and the path fails over like a dead one (its I/O moves, or
+    // waits for another path up to no_path_timeout) and reconnects.
+    if (live && a == AnaState::change) {
+      if (sp->change_since_ns == 0) sp->change_since_ns = now;
+      const uint64_t anatt_ns = anatt_ns_of(*sp);
+      if (now - sp->change_since_ns > anatt_ns) {
+        char cause[80];
+        std::snprintf(cause, sizeof cause, "ana change longer than ANATT (%.1f s)",
+                      static_cast<double>(anatt_ns) / 1e9);
+        sp->change_since_ns = 0;
+        report_path_failure(sp->index, sp->generation.load(), cause, LossCause::local, now);
+      }
+    } else {
+      sp->change_since_ns = 0;
+    }
     // A kernel path tells us nothing by itself (the kernel owns its events and keep-alive): its
     // ANA state is polled, and its controller's state checked, every period.
     if (live && sp->ctrl && !sp->ctrl->has_async_events()) {
@@ -212,9 +228,16 @@ void VolumeImpl::ana_poll() {
   }
   if (unsettled) request_ana_refresh();
   auto t = std::make_shared<boost::asio::steady_timer>(ctx_, kAnaPollPeriod);
+  keep_timer(t);
   t->async_wait([this, t](const boost::system::error_code& ec) {
     if (!ec) ana_poll();
   });
+}
+
+uint64_t VolumeImpl::anatt_ns_of(const SharedPath& sp) const noexcept {
+  // ANATT 0 means not reported: allow the longest the field could have said.
+  const uint8_t anatt = sp.ctrl ? sp.ctrl->info().anatt_s : 0;
+  return static_cast<uint64_t>(anatt ? anatt : 255) * 1'000'000'000ull;
 }
 
 void VolumeImpl::watch_controller(int path) {
@@ -260,10 +283,18 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
 
 uint64_t VolumeImpl::now_ns() { return Reactor::clock_ns(); }
 
+void VolumeImpl::keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t) {
+  if (timers_.size() >= 64)
+    timers_.erase(std::remove_if(timers_.begin(), timers_.end(), [](const auto& w) { return w.expired(); }),
+                  timers_.end());
+  timers_.push_back(t);
+}
+
 void VolumeImpl::arm_timer(int path, uint64_t at_ns, uint64_t token) {
   const uint64_t now = Reactor::clock_ns();
   auto t = std::make_shared<boost::asio::steady_timer>(
       ctx_, std::chrono::nanoseconds(at_ns > now ? at_ns - now : 0));
+  keep_timer(t);
   t->async_wait([this, t, path, token](const boost::system::error_code& ec) {
     if (ec || stopping_.load()) return;
     machine_->on_timer(path, token);
@@ -412,10 +443,17 @@ void VolumeImpl::shutdown() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   pool_.join();
-  work_.reset();
-  ctx_.stop();
-  if (ctl_thread_.joinable()) ctl_thread_.join();
+  // The loop is shared with the controllers: instead of stopping it, cancel this volume's timers
+  // and let everything already queued for it run (and return, seeing stopping_) before the
+  // lanes go; what the stopping lanes still post is flushed the same way after them.
+  cp_.impl().call([this] {
+    for (auto& w : timers_)
+      if (auto t = w.lock()) t->cancel();
+    timers_.clear();
+  });
+  cp_.impl().call([] {});
   for (auto& l : lanes_) l->stop();
+  cp_.impl().call([] {});
   lanes_.clear();
   for (auto& sp : paths_) {
     if (sp->ctrl) sp->ctrl->close();

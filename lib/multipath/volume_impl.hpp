@@ -3,7 +3,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
@@ -15,6 +15,7 @@
 
 #include "core/histogram.hpp"
 #include "core/mpsc_ring.hpp"
+#include "control/control_plane.hpp"
 #include "control/endpoint.hpp"
 #include "core/node_memory.hpp"
 #include "multipath/failover_machine.hpp"
@@ -56,6 +57,7 @@ struct SharedPath {
   uint16_t cqt_ms = 0;
   std::array<uint16_t, 3> crdt_100ms{};
   uint32_t reported_generation = UINT32_MAX;  // guarded by VolumeImpl::timeline_mu_
+  uint64_t change_since_ns = 0;  // control thread: when the path entered ANA change, 0 if not in it
   std::atomic<uint64_t> failovers{0};
   std::atomic<uint64_t> reconnects{0};
 };
@@ -251,6 +253,7 @@ class VolumeImpl : public FailoverEnv {
   void start_connect(int path) override;
   void publish_live(int path, uint32_t generation) override;
 
+  void keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t);
   void try_connect(int path);  // on the connect pool
   Result<void> connect_path(SharedPath& sp, std::chrono::milliseconds timeout);
   /// Prepares a queue pair of `path` for every lane on the calling thread (never a lane) and
@@ -258,11 +261,13 @@ class VolumeImpl : public FailoverEnv {
   Result<void> attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout);
   void refresh_ana_now();
   void ana_poll();
+  uint64_t anatt_ns_of(const SharedPath& sp) const noexcept;
   void watch_controller(int path);
 
-  boost::asio::io_context ctx_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{ctx_.get_executor()};
-  std::thread ctl_thread_;
+  // The volume's one control loop is its control plane's io_context: admin queues, keep-alive,
+  // events, the failover machine and its timers all run on that one thread.
+  boost::asio::io_context& ctx_{cp_.impl().io};
+  std::vector<std::weak_ptr<boost::asio::steady_timer>> timers_;  // control thread: cancelled at shutdown
   std::unique_ptr<FailoverMachine> machine_;  // control thread only (built in open())
   // Blocking work: connects, CCRs, admin reads. Four threads, so that a reconnect hanging on a
   // partitioned path never delays the CCR that lets the writes of that path move.

@@ -33,8 +33,11 @@ struct Rig {
   std::unique_ptr<Target> target;
   std::unique_ptr<Volume> vol;
 
+  // `deadline` 0: the volume's derived per-command deadline (15 to 25 ms). Tests that are not
+  // about detecting dead paths give a long one, so that a loaded machine cannot make a healthy
+  // path miss it and turn the test into one about failover.
   explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
-               std::vector<AnaState> ana = {}) {
+               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -57,8 +60,10 @@ struct Rig {
     }
     vo.connect.subnqn = to.subsystems[0].nqn;
     vo.connect.io_queue_depth = 64;
-    vo.connect.kato_ms = 2000;
+    // The shortest KATO the target allows (the default): should a loaded host make every path
+    // miss its deadline at once (no CCR possible then), writes wait 3 x KATO + CQT, not seconds.
     vo.selector = sel;
+    vo.io_deadline = deadline;
     vo.no_path_timeout = 10s;
     auto v = Volume::open(vo);
     REQUIRE(v);
@@ -257,7 +262,7 @@ TEST_CASE("no_path_timeout fails waiting I/O by a timer, with a path error", "[m
 }
 
 TEST_CASE("a slow path keeps working without errors", "[multipath][fault]") {
-  Rig rig(2);
+  Rig rig(2, SelectorKind::service_time, 10, {}, 500ms);
   run_fault(rig, [&] { rig.target->set_latency(0, 3ms); }, 500ms, false);
 }
 
@@ -285,6 +290,97 @@ TEST_CASE("ANA optimized to change and back: no errors, the path returns", "[mul
   }, 700ms, true);
   std::this_thread::sleep_for(300ms);
   CHECK(rig.vol->stats().paths[0].ana_state == AnaState::optimized);
+}
+
+// The only usable path enters ANA change: its I/O is held (neither failed nor lost) for at most
+// ANATT, then the path fails over like a dead one; the held I/O completes once a path is usable.
+TEST_CASE("ANA change on the only usable path holds I/O up to ANATT, then fails the path over",
+          "[multipath][fault][ana]") {
+  TargetOptions to;
+  to.ports.clear();
+  for (int i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.trsvcid = "0";
+    p.ana_state = i == 0 ? AnaState::optimized : AnaState::inaccessible;
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  to.anatt_s = 1;
+  auto t = Target::start(to);
+  REQUIRE(t);
+  Target& target = **t;
+  VolumeOptions vo;
+  for (size_t i = 0; i < 2; ++i) {
+    TransportAddress a;
+    a.trsvcid = std::to_string(target.port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  vo.no_path_timeout = 20s;
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  Volume& vol = **v;
+  REQUIRE(vol.usable_paths() == 1);
+
+  std::vector<uint8_t> out(kBlock), in(kBlock);
+  fill_block(out.data(), 5, 9);
+  struct Done {
+    std::atomic<bool> fin{false};
+    std::atomic<uint16_t> raw{0};
+  } wd, rd;
+  auto on_done = [](VolumeIo& i, NvmeStatus s) noexcept {
+    auto* d = static_cast<Done*>(i.user);
+    d->raw.store(s.raw);
+    d->fin.store(true);
+  };
+  VolumeIo w;
+  w.op = IoOp::write;
+  w.slba = 5;
+  w.nlb = 1;
+  w.buf = out.data();
+  w.user = &wd;
+  w.done = on_done;
+  REQUIRE(vol.submit(w) == 0);
+  for (int i = 0; i < 5000 && !wd.fin.load(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(wd.fin.load());
+  REQUIRE(NvmeStatus{wd.raw.load()}.is_success());
+
+  const uint64_t change_ns = Reactor::clock_ns();
+  target.set_ana_state(0, AnaState::change);
+  for (int i = 0; i < 5000 && vol.usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(vol.usable_paths() == 0);
+  VolumeIo r;
+  r.op = IoOp::read;
+  r.slba = 5;
+  r.nlb = 1;
+  r.buf = in.data();
+  r.user = &rd;
+  r.done = on_done;
+  REQUIRE(vol.submit(r) == 0);
+  // Held while the path is in change: wait for the ANATT failover to show in the timeline.
+  auto anatt_event = [](const VolumeStats& s) -> const FailoverEvent* {
+    for (const auto& e : s.timeline)
+      if (e.cause.find("ANATT") != std::string::npos) return &e;
+    return nullptr;
+  };
+  VolumeStats st = vol.stats();
+  for (int i = 0; i < 5000 && !anatt_event(st); ++i) {
+    std::this_thread::sleep_for(2ms);
+    st = vol.stats();
+  }
+  INFO(to_text(st));
+  const FailoverEvent* ev = anatt_event(st);
+  REQUIRE(ev != nullptr);
+  CHECK(ev->path == 0);
+  CHECK(ev->detect_ns - change_ns >= 1'000'000'000ull);  // never before ANATT
+  CHECK_FALSE(rd.fin.load());  // still held, not failed
+  // Another path becomes usable: the held read completes there, without an error.
+  target.set_ana_state(1, AnaState::optimized);
+  for (int i = 0; i < 10000 && !rd.fin.load(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(rd.fin.load());
+  CHECK(NvmeStatus{rd.raw.load()}.is_success());
+  CHECK(block_matches(in.data(), 5, 9));
+  CHECK(vol.stats().failed == 0);
 }
 
 TEST_CASE("commands failed with a path status are retried elsewhere", "[multipath][fault]") {
@@ -315,7 +411,7 @@ TEST_CASE("three paths: a reset on one leaves two carrying I/O", "[multipath][fa
 }
 
 TEST_CASE("a reset path reconnects and takes back its share (failback)", "[multipath][fault]") {
-  Rig rig(2);
+  Rig rig(2, SelectorKind::service_time, 10, {}, 500ms);
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::reset); }, 500ms, true);
   const auto mid = rig.vol->stats();
   REQUIRE(mid.paths[0].reconnects >= 1);
@@ -390,7 +486,7 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
 TEST_CASE("selectors: with one path slowed, queue-depth and service-time avoid it, round-robin does not",
           "[multipath][selector]") {
   for (auto sel : {SelectorKind::queue_depth, SelectorKind::service_time, SelectorKind::round_robin}) {
-    Rig rig(2, sel);
+    Rig rig(2, sel, 10, {}, 500ms);
     rig.target->set_latency(0, 2ms);
     Workload w(*rig.vol);
     w.start();

@@ -68,7 +68,8 @@ struct Rig {
     }
     vo.connect.subnqn = to.subsystems[0].nqn;
     vo.connect.io_queue_depth = 64;
-    vo.connect.kato_ms = 2000;
+    // The shortest KATO the target allows (the default): should a loaded host make every path
+    // miss its deadline at once (no CCR possible then), writes wait 3 x KATO + CQT, not seconds.
     vo.no_path_timeout = 10s;
     auto v = Volume::open(vo);
     REQUIRE(v);
@@ -198,14 +199,6 @@ TEST_CASE("healing the partition brings the path back into service", "[partition
               back_ms, static_cast<long long>(e->reconnected_us));
 }
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!test::PartitionNet::available(&why)) {
-    std::fprintf(stderr, "partition test skipped: %s\n", why.c_str());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
 
 // ---- ghost writes across a partition ---------------------------------------------------------
 //
@@ -220,6 +213,7 @@ constexpr uint64_t kGhostLba = 7;
 
 struct GhostCase {
   CcrSupport ccr = CcrSupport::enabled;
+  bool ccr_async = false;  // the target reports the reset by its event and log page
   bool report_cqt = true;
   uint32_t kato_ms = kKatoShortest;
   std::chrono::milliseconds fence_bound{0};
@@ -284,6 +278,8 @@ GhostResult run_ghost(const GhostCase& gc) {
   to.cqt_ms = 10;
   to.report_cqt = gc.report_cqt;
   to.ccr = gc.ccr;
+  to.ccr_async = gc.ccr_async;
+  to.ccr_async_delay = gc.ccr_async ? 20ms : 0ms;
   auto t = net.run_in_ns([&] { return Target::start(to); });
   REQUIRE(t);
   std::unique_ptr<Target> target = std::move(*t);
@@ -391,6 +387,16 @@ TEST_CASE("ghost write across a partition: a CCR through the other path fences i
   CHECK(r.port0.delayed_writes_dropped == 1);  // the reset quiesced the held write
 }
 
+TEST_CASE("ghost write across a partition: a CCR reported later by its event and log page", "[partition][ghost]") {
+  GhostCase gc;
+  gc.ccr_async = true;
+  const GhostResult r = run_ghost(gc);
+  CHECK(r.block_seq == 3);
+  CHECK(r.event.fence_rule == "ccr");
+  CHECK(r.port0.delayed_writes_dropped == 1);
+  CHECK(r.event.fenced_us >= 20'000);  // not before the target reported the reset done
+}
+
 TEST_CASE("ghost write across a partition without CCR: the TP4129 hold fences it", "[partition][ghost]") {
   GhostCase gc;
   gc.ccr = CcrSupport::disabled;
@@ -424,4 +430,85 @@ TEST_CASE("negative control: with the fence skipped, the held write lands late",
   CHECK(r.event.fence_rule == "skipped (unsafe)");
   CHECK(r.port0.delayed_writes_executed == 1);
   CHECK(r.block_seq == 2);  // the stale W1 overwrote the newer W2: what the fence prevents
+}
+
+// One path flaps (cut, healed, cut again, healed) while the other carries a verified workload.
+// Path 0 is non-optimized, so the workload runs on path 1 alone: whatever path 0's failures,
+// reconnect attempts against a dead link and returns cost, they must never stall path 1's
+// completions (connects and attaches happen off the reactors), and nothing may be lost.
+TEST_CASE("a flapping path never stalls the healthy one", "[partition][flap]") {
+  test::PartitionNet net(2);
+  TargetOptions to;
+  to.ports.clear();
+  for (size_t i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.traddr = net.target_addr(i);
+    p.trsvcid = "0";
+    p.ana_state = i == 0 ? AnaState::non_optimized : AnaState::optimized;
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  auto t = net.run_in_ns([&] { return Target::start(to); });
+  REQUIRE(t);
+  std::unique_ptr<Target> target = std::move(*t);
+  VolumeOptions vo;
+  for (size_t i = 0; i < 2; ++i) {
+    TransportAddress a;
+    a.traddr = net.target_addr(i);
+    a.trsvcid = std::to_string(target->port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  // An explicit deadline: the assertion below compares the healthy path's stall with it.
+  vo.io_deadline = std::chrono::microseconds(100'000);
+  vo.no_path_timeout = 10s;
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  std::unique_ptr<Volume> vol = std::move(*v);
+
+  test::VerifiedWorkload w(*vol);
+  w.start();
+  std::this_thread::sleep_for(200ms);
+  uint64_t failovers = 0;
+  for (int round = 0; round < 2; ++round) {
+    net.partition(0);
+    // Path 0 is idle: its keep-alive (the shortest KATO) is what notices the cut.
+    const auto down = wait_for(*vol, kDetectBound, [&](const VolumeStats& s) {
+      return s.paths.at(0).failovers > failovers;
+    });
+    INFO(to_text(down));
+    REQUIRE(down.paths.at(0).failovers > failovers);
+    failovers = down.paths.at(0).failovers;
+    std::this_thread::sleep_for(700ms);  // reconnect attempts run into the dead link meanwhile
+    net.heal(0);
+    const auto up = wait_for(*vol, kRecoverBound, [&](const VolumeStats& s) {
+      return s.paths.at(0).state == PathState::live && s.paths.at(0).reconnects > static_cast<uint64_t>(round);
+    });
+    INFO(to_text(up));
+    REQUIRE(up.paths.at(0).state == PathState::live);
+  }
+  REQUIRE(w.finish(kDrainBound));
+  const auto st = vol->stats();
+  INFO(to_text(st));
+  INFO("first error: " << w.first_error());
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(w.writes() + w.reads() == w.completed());
+  CHECK(st.paths.at(1).failovers == 0);
+  // Every I/O ran on path 1: the longest time without a completion is path 1's own stall.
+  CHECK(w.longest_gap_us() < 100'000);
+  std::printf("flap: 2 rounds, %llu I/Os on the healthy path, its longest completion gap %llu us, "
+              "longest I/O %llu us\n",
+              static_cast<unsigned long long>(w.completed()),
+              static_cast<unsigned long long>(w.longest_gap_us()),
+              static_cast<unsigned long long>(w.longest_io_us()));
+}
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!test::PartitionNet::available(&why)) {
+    std::fprintf(stderr, "partition test skipped: %s\n", why.c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
 }

@@ -111,7 +111,8 @@ TEST_CASE("a silent failure is fenced by a CCR through another live controller",
   REQUIRE(m.on_failure(0, 0, LossCause::local, env.now));
   CHECK(m.state(0) == PathState::failed);
   CHECK(env.has("close 0"));
-  CHECK(env.has("teardown 0"));
+  // Our side stays up until the CCR is done: the controller must exist for the CCR to name it.
+  CHECK_FALSE(env.has("teardown 0"));
   REQUIRE(env.ccrs.size() == 1);
   CHECK(env.ccrs[0].failed == 0);
   CHECK(env.ccrs[0].via == 1);
@@ -120,6 +121,7 @@ TEST_CASE("a silent failure is fenced by a CCR through another live controller",
   env.advance_to(env.now + 5 * kMs, m);
   m.on_ccr_done(0, 1, 0, true);
   CHECK(env.has("fenced 0 gen 0 ccr"));
+  CHECK(env.has("teardown 0"));
   CHECK(m.state(0) == PathState::fenced);
   CHECK(m.fence_rule(0) == FenceRule::ccr);
   CHECK(m.ccr_in_progress(1) == 0);
@@ -135,6 +137,7 @@ TEST_CASE("without CCR the TP4129 hold fences, never earlier", "[failover][time]
   const uint64_t t0 = env.now;
   REQUIRE(m.on_failure(0, 0, LossCause::local, t0));
   CHECK(env.ccrs.empty());
+  CHECK(env.has("teardown 0"));
   env.advance_to(t0 + 309 * kMs, m);
   CHECK(m.state(0) == PathState::failed);
   env.advance_to(t0 + 310 * kMs, m);  // 3 x 100 ms (TBKAS) + 10 ms CQT
@@ -152,8 +155,10 @@ TEST_CASE("a failed or refused CCR tries the next controller, then leaves the ho
   m.on_ccr_done(0, 1, 0, false);
   REQUIRE(env.ccrs.size() == 2);
   CHECK(env.ccrs[1].via == 2);
+  CHECK_FALSE(env.has("teardown 0"));
   m.on_ccr_done(0, 2, 0, false);
   CHECK(env.ccrs.size() == 2);  // no controller left to try
+  CHECK(env.has("teardown 0"));  // nothing left to reset: our side goes now
   CHECK(m.state(0) == PathState::failed);
   env.advance_to(t0 + 310 * kMs, m);
   CHECK(m.fence_rule(0) == FenceRule::time);

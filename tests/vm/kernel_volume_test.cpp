@@ -65,6 +65,9 @@ void port_add(int port) { fs::create_directory_symlink(fs::path(nvmet()) / "subs
 KernelConnectOptions kopts() {
   KernelConnectOptions o;
   o.subnqn = nqn();
+  // The shortest KATO nvmet counts (whole seconds): a failed kernel path's writes wait the
+  // TP4129 hold, 3 x KATO + fence_bound (nvmet's keep-alive is traffic based, it has no CQT).
+  o.keep_alive_tmo_s = 1;
   return o;
 }
 
@@ -186,6 +189,9 @@ TEST_CASE("a volume over three kernel paths survives an ANA flip and a lost port
   CHECK(phase("port 1 removed", 3000ms) > 0);
   port_add(1);
   CHECK(phase("port 1 back", 5000ms) > 0);
+  // The path returns once its writes' hold has passed and the kernel reconnected.
+  for (int i = 0; i < 300 && vol.stats().paths.at(0).state != PathState::live; ++i)
+    std::this_thread::sleep_for(100ms);
   REQUIRE(w.finish(30s));
   const auto st = vol.stats();
   std::printf("%s\n", to_text(st).c_str());
@@ -197,6 +203,9 @@ TEST_CASE("a volume over three kernel paths survives an ANA flip and a lost port
   CHECK(w.mismatches() == 0);
   CHECK(w.completed() == w.issued());
   CHECK(st.paths.at(0).failovers >= 1);
+  for (const auto& e : st.timeline)
+    std::printf("kernel volume: path %d failed (%s), fenced +%.1f ms by %s\n", e.path, e.cause.c_str(),
+                static_cast<double>(e.fenced_us) / 1000.0, e.fence_rule.c_str());
   CHECK(st.paths.at(0).reconnects >= 1);
   CHECK(st.paths.at(0).state == PathState::live);
   for (const auto& p : st.paths) CHECK(p.ios > 0);
