@@ -144,6 +144,8 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
   return out;
 }
 
+// Threading: acquire() runs on whichever thread creates a queue pair (a lane, the connect pool)
+// and release() on the thread that destroys it; both under `mu_`.
 // Queue ids 1..N for I/O queues, handed out round-robin so that a just-released id (whose old
 // connection the controller may still be tearing down) is reused last.
 class QidPool {

@@ -119,6 +119,15 @@ struct LanePath {
   LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
 };
 
+/// One reactor thread's share of the data plane: its reactor, one queue pair per path, the I/O
+/// it owns in flight or waiting.
+///
+/// Threading: everything belongs to the lane's own thread except `ring_` (an MPSC ring: any
+/// thread pushes through enqueue(), the lane pops), `inflight_total_` (written by the lane,
+/// read relaxed by shutdown(), which only waits for it to reach 0: a stale value waits one more
+/// millisecond), the per-path counters of LanePath (see there) and `stop_`/`ready_` (atomics).
+/// Other threads reach the lane only by post() (the reactor's MPSC function ring), which is how
+/// the control thread attaches and closes queue pairs; snapshot() posts and waits.
 class Lane final : public QueuePairListener {
  public:
   Lane(VolumeImpl& vol, int index);
@@ -198,6 +207,16 @@ class Lane final : public QueuePairListener {
   std::atomic<uint64_t> inflight_total_{0};
 };
 
+/// The volume: its paths, its lanes and its control loop.
+///
+/// Threading: `opts_`, `ns_`, `max_blocks_per_cmd_`, `paths_` (the vector), `lanes_`,
+/// `topology_`, `placement_` and `node_lanes_` are written by open() before any lane runs or
+/// any submission is accepted (`accepting_`, release/acquire) and only read afterwards.
+/// `machine_` and `timers_` belong to the control loop (the control plane's io_context thread);
+/// the connect pool runs blocking work (connects, CCRs, admin reads) and reports back to that
+/// loop by posting, never touching the machine itself. `timeline_` is guarded by
+/// `timeline_mu_` (lanes stamp it once per failover). The counters are relaxed atomics:
+/// statistics only.
 class VolumeImpl : public FailoverEnv {
  public:
   explicit VolumeImpl(const VolumeOptions& opts);
