@@ -12,6 +12,7 @@
 #include "target/fabrics_connect.hpp"
 #include "target/held_writes.hpp"
 #include "target/identify_data.hpp"
+#include "target/ns_store.hpp"
 #include "target/port.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
@@ -25,6 +26,7 @@ constexpr NvmeStatus kSglOffsetInvalid = NvmeStatus::make(Sct::generic, 0x16, tr
 constexpr NvmeStatus kAerLimitExceeded = NvmeStatus::make(Sct::command_specific, 0x05, true);
 // Asynchronous event: type 2 (notice), information 03h (ANA change), log page 0Ch.
 constexpr uint32_t kAnaChangeEvent = 0x000C0302;
+constexpr NvmeStatus kWriteFault = NvmeStatus::make(Sct::media, 0x80);
 constexpr size_t kMaxAers = 4;  // AERL + 1
 // After a Disconnect, how long the host gets to read the completion and close before we do.
 constexpr uint64_t kDisconnectLingerNs = 100'000'000;
@@ -283,7 +285,12 @@ void TcpConnection::execute_io(Slot& s) {
     }
   }
   const size_t have = s.in_capsule ? s.xfer_len : s.received;
-  complete(s, target::execute_io(*subsys_, c, s.plan, {s.buf.data(), have}, nullptr));
+  NvmeStatus st = target::execute_io(*subsys_, c, s.plan, {s.buf.data(), have}, nullptr);
+  // With the volatile write cache off (Set Features 06h) a completed write is durable.
+  if (st.is_success() && changes_data(c) && s.plan.ns && !ctrl_->write_cache.load(std::memory_order_acquire) &&
+      !s.plan.ns->flush())
+    st = kWriteFault;
+  complete(s, st);
 }
 
 void TcpConnection::hold_aer(Slot& s) {
