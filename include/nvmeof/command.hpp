@@ -107,6 +107,11 @@ inline constexpr size_t kMaxLogEntries = 511;
 }  // namespace ccr
 
 namespace feature {
+inline constexpr uint8_t kArbitration = 0x01;
+inline constexpr uint8_t kPowerManagement = 0x02;
+inline constexpr uint8_t kTemperatureThreshold = 0x04;
+inline constexpr uint8_t kErrorRecovery = 0x05;
+inline constexpr uint8_t kVolatileWriteCache = 0x06;
 inline constexpr uint8_t kNumberOfQueues = 0x07;
 inline constexpr uint8_t kAsyncEventConfig = 0x0b;
 inline constexpr uint8_t kKeepAliveTimer = 0x0f;

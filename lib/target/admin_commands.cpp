@@ -138,11 +138,23 @@ AdminResult get_log_page(const AdminContext& ctx, const Sqe& c, std::vector<uint
   return {status::kSuccess};
 }
 
+// Temperature Threshold (04h) CDW11: TMPTH 15:0, TMPSEL 19:16, THSEL 21:20. Only the composite
+// temperature (TMPSEL 0) exists here.
+constexpr uint32_t kThselUnder = 1;
+constexpr uint32_t kErrorRecoveryDulbe = 1u << 16;
+// Get Features SEL (CDW10 10:8) and the capabilities it reports for SEL 011b.
+constexpr uint32_t kSelDefault = 1;
+constexpr uint32_t kSelSupported = 3;
+constexpr uint32_t kCapChangeable = 1u << 2;
+
 AdminResult set_features(const AdminContext& ctx, const Sqe& c) {
   Controller& ctrl = ctx.ctrl;
+  const bool disc = ctrl.subsystem().is_discovery();
   switch (c.cdw10 & 0xff) {
     case feature::kNumberOfQueues: {
-      if (ctrl.subsystem().is_discovery()) return {status::kInvalidField};
+      if (disc) return {status::kInvalidField};
+      // Base spec, Number of Queues: set only before any I/O queue was created.
+      if (ctrl.had_io_queues()) return {status::kCommandSequenceError};
       const uint32_t nsqr = c.cdw11 & 0xffff, ncqr = c.cdw11 >> 16;
       if (nsqr == 0xffff || ncqr == 0xffff) return {status::kInvalidField};
       const uint32_t max = ctx.core.opts.max_io_queues;
@@ -152,20 +164,75 @@ AdminResult set_features(const AdminContext& ctx, const Sqe& c) {
     }
     case feature::kKeepAliveTimer: ctrl.set_kato(c.cdw11); return {status::kSuccess};
     case feature::kAsyncEventConfig: ctrl.aec = c.cdw11; return {status::kSuccess};
+    case feature::kArbitration:
+      if (disc) return {status::kInvalidField};
+      ctrl.arbitration = c.cdw11;
+      return {status::kSuccess};
+    case feature::kPowerManagement:
+      if (disc || (c.cdw11 & 0x1f) != 0) return {status::kInvalidField};  // NPSS 0: one state
+      ctrl.power_management = c.cdw11 & 0xff;
+      return {status::kSuccess};
+    case feature::kTemperatureThreshold: {
+      if (disc || ((c.cdw11 >> 16) & 0xf) != 0 || ((c.cdw11 >> 20) & 3) > kThselUnder)
+        return {status::kInvalidField};
+      const auto th = static_cast<uint16_t>(c.cdw11 & 0xffff);
+      (((c.cdw11 >> 20) & 3) == kThselUnder ? ctrl.temp_under : ctrl.temp_over) = th;
+      return {status::kSuccess};
+    }
+    case feature::kErrorRecovery:
+      if (disc || (c.cdw11 & kErrorRecoveryDulbe)) return {status::kInvalidField};
+      ctrl.error_recovery = c.cdw11 & 0xffff;
+      return {status::kSuccess};
+    case feature::kVolatileWriteCache:
+      if (disc) return {status::kInvalidField};
+      ctrl.write_cache.store((c.cdw11 & 1) != 0, std::memory_order_release);
+      return {status::kSuccess};
     default: return {status::kInvalidField};
   }
 }
 
 AdminResult get_features(const AdminContext& ctx, const Sqe& c) {
   const Controller& ctrl = ctx.ctrl;
-  switch (c.cdw10 & 0xff) {
+  const bool disc = ctrl.subsystem().is_discovery();
+  const uint32_t sel = (c.cdw10 >> 8) & 7;
+  const uint8_t fid = c.cdw10 & 0xff;
+  // Features of the NVM subsystem that a discovery controller does not have.
+  const bool nvm_only = fid == feature::kArbitration || fid == feature::kPowerManagement ||
+                        fid == feature::kTemperatureThreshold || fid == feature::kErrorRecovery ||
+                        fid == feature::kVolatileWriteCache || fid == feature::kNumberOfQueues;
+  if (disc && nvm_only) return {status::kInvalidField};
+  if (sel == kSelSupported) {
+    switch (fid) {
+      case feature::kArbitration:
+      case feature::kPowerManagement:
+      case feature::kTemperatureThreshold:
+      case feature::kErrorRecovery:
+      case feature::kVolatileWriteCache:
+      case feature::kNumberOfQueues:
+      case feature::kKeepAliveTimer:
+      case feature::kAsyncEventConfig: return {status::kSuccess, kCapChangeable};
+      default: return {status::kInvalidField};
+    }
+  }
+  const bool dflt = sel == kSelDefault;  // saved (010b) reads as current: nothing is saved
+  switch (fid) {
     case feature::kNumberOfQueues: {
-      if (ctrl.subsystem().is_discovery()) return {status::kInvalidField};
-      const uint32_t n = ctrl.io_queues_granted ? ctrl.io_queues_granted : ctx.core.opts.max_io_queues;
+      const uint32_t n = ctrl.io_queues_granted && !dflt ? ctrl.io_queues_granted : ctx.core.opts.max_io_queues;
       return {status::kSuccess, ((n - 1) << 16) | (n - 1)};
     }
-    case feature::kKeepAliveTimer: return {status::kSuccess, ctrl.kato_ms};
-    case feature::kAsyncEventConfig: return {status::kSuccess, ctrl.aec};
+    case feature::kKeepAliveTimer: return {status::kSuccess, dflt ? 0 : ctrl.kato_ms};
+    case feature::kAsyncEventConfig: return {status::kSuccess, dflt ? kAecAnaChange : ctrl.aec};
+    case feature::kArbitration: return {status::kSuccess, dflt ? 0 : ctrl.arbitration};
+    case feature::kPowerManagement: return {status::kSuccess, dflt ? 0 : ctrl.power_management};
+    case feature::kTemperatureThreshold: {
+      if (((c.cdw11 >> 16) & 0xf) != 0 || ((c.cdw11 >> 20) & 3) > kThselUnder) return {status::kInvalidField};
+      const bool under = ((c.cdw11 >> 20) & 3) == kThselUnder;
+      const uint16_t v = dflt ? (under ? uint16_t{0} : kDefaultTempOver) : (under ? ctrl.temp_under : ctrl.temp_over);
+      return {status::kSuccess, v};
+    }
+    case feature::kErrorRecovery: return {status::kSuccess, dflt ? 0 : ctrl.error_recovery};
+    case feature::kVolatileWriteCache:
+      return {status::kSuccess, dflt || ctrl.write_cache.load(std::memory_order_acquire) ? 1u : 0u};
     default: return {status::kInvalidField};
   }
 }

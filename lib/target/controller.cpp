@@ -110,6 +110,7 @@ NvmeStatus Controller::bind_io_queue(uint16_t qid, const std::shared_ptr<TcpConn
   if (it != io_.end() && !it->second.expired()) return kBusy;
   io_[qid] = conn;
   ++live_queues_;
+  had_io_queues_.store(true, std::memory_order_release);
   return status::kSuccess;
 }
 

@@ -39,6 +39,8 @@ class TcpConnection;
 inline constexpr uint32_t kAecAnaChange = 1u << 11;
 /// Keep-alive granularity (Identify KAS = 1, in 100 ms units).
 inline constexpr uint32_t kKasMs = 100;
+/// Composite temperature over-threshold at reset: 343 K (70 C), as drives commonly ship.
+inline constexpr uint16_t kDefaultTempOver = 343;
 
 class Controller : public std::enable_shared_from_this<Controller> {
  public:
@@ -63,6 +65,15 @@ class Controller : public std::enable_shared_from_this<Controller> {
   uint32_t kato_ms = 0;             ///< 0: keep-alive disabled; a multiple of kKasMs
   uint32_t aec = kAecAnaChange;     ///< Asynchronous Event Configuration
   uint16_t io_queues_granted = 0;   ///< from Set Features Number of Queues (0: not set yet)
+  uint32_t arbitration = 0;         ///< Arbitration (01h): round robin, no burst limit
+  uint32_t power_management = 0;    ///< Power Management (02h): power state 0, the only one
+  uint16_t temp_over = kDefaultTempOver;  ///< Temperature Threshold (04h), composite, over
+  uint16_t temp_under = 0;          ///< Temperature Threshold (04h), composite, under
+  uint32_t error_recovery = 0;      ///< Error Recovery (05h): TLER; DULBE is not supported
+  /// Volatile Write Cache (06h) WCE. Written by the admin thread, read by I/O queue threads
+  /// before each write: a stale read writes one command through (or not) as the host asked a
+  /// moment before, which the host cannot tell from the command racing its Set Features.
+  std::atomic<bool> write_cache{true};
 
   // -- shared --
   void touch(uint64_t now_ns) noexcept { last_command_ns_.store(now_ns, std::memory_order_relaxed); }
@@ -85,6 +96,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
   /// Ends the association: asks every queue's connection (admin included) to close and refuses
   /// new ones. Idempotent; returns true for the call that ended it.
   bool tear_down();
+  /// Whether an I/O queue was ever bound (Number of Queues may be set only before).
+  bool had_io_queues() const noexcept { return had_io_queues_.load(std::memory_order_acquire); }
   bool is_torn_down() const noexcept { return teardown_ns_.load(std::memory_order_acquire) != 0; }
   /// When tear_down ran (steady ns), 0 before.
   uint64_t teardown_ns() const noexcept { return teardown_ns_.load(std::memory_order_acquire); }
@@ -124,6 +137,7 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::atomic<uint64_t> cirn_;
   std::atomic<uint64_t> teardown_ns_{0};
   std::atomic<bool> fenced_{false};
+  std::atomic<bool> had_io_queues_{false};
 
   struct CcrEntry {
     uint16_t icid;

@@ -54,6 +54,8 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   const std::string subnqn = bounded(d.subsysnqn);
   const std::string hostnqn = bounded(d.hostnqn);
 
+  // Who connects must be named: allow lists and CCR's same-host rule rest on it.
+  if (hostnqn.empty()) return invalid(true, offsetof(nvmf_connect_data, hostnqn));
   Subsystem* subsys = core.subsystem(subnqn);
   if (!subsys) return invalid(true, offsetof(nvmf_connect_data, subsysnqn));
   if (sqsize == 0 || sqsize + 1 > core.opts.max_queue_depth) return invalid(false, kSqeSqsizeOffset);

@@ -30,7 +30,7 @@ struct ConnectResult {
 
 /// Validates and executes a Connect that arrived on `port` with connect data `data`.
 /// Errors (CQE status): connect-incompatible-format (RECFMT), connect-invalid-parameters with
-/// DW0 naming the field (unknown subsystem NQN, SQSIZE 0 or above MQES, unknown CNTLID, another
+/// DW0 naming the field (empty host NQN, unknown subsystem NQN, SQSIZE 0 or above MQES, unknown CNTLID, another
 /// host's controller, QID out of range or on the discovery subsystem), connect-controller-busy
 /// (QID already connected, association being torn down, no free controller id).
 ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,

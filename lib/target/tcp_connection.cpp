@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "target/clock.hpp"
@@ -21,8 +22,11 @@ namespace nvmeof::target {
 namespace {
 
 constexpr size_t kRecvChunk = 128 * 1024;
-// Stop reading new commands while this much output waits for a slow reader.
+// The output a connection may hold for a peer that does not read. A command is taken only when
+// its largest possible reply still fits, so the bound holds before execution, not after a batch.
 constexpr size_t kMaxBacklog = 8u << 20;
+// Headers, R2Ts and completions that arrive without a new command (held writes, events).
+constexpr size_t kBacklogSlack = 64u << 10;
 // After a C2HTermReq, how long the host gets to read it and close before we do.
 constexpr uint64_t kTermLingerNs = 100'000'000;
 constexpr NvmeStatus kTransientTransportError = NvmeStatus::make(Sct::generic, 0x22);
@@ -115,11 +119,12 @@ void TcpConnection::run() noexcept {
     }
     bool progress = false;
     if (!blackholed_ && !partitioned_) {
-      if (out_.size() - out_head_ < kMaxBacklog || phase_ == Phase::closing) {
+      if (!backlog_full() || phase_ == Phase::closing) {
         const RecvResult r = receive();
         if (r == RecvResult::closed) break;
         progress = r == RecvResult::progress;
       }
+      note_backlog();
       if (!flush()) {
         reason = "send failed";
         break;
@@ -197,11 +202,12 @@ short TcpConnection::wait_for_events(uint64_t now) {
     ev = POLLRDHUP;
   } else {
     // With a full backlog the loop stops reading; polling for input would only spin.
-    if ((phase_ != Phase::closing && out_.size() - out_head_ < kMaxBacklog) || write_shut_) ev |= POLLIN;
+    if ((phase_ != Phase::closing && !backlog_full()) || write_shut_) ev |= POLLIN;
     if (out_head_ < out_.size()) ev |= POLLOUT;
   }
   uint64_t deadline = kato_deadline();
-  if (!delayed_.empty()) deadline = std::min(deadline, delayed_.begin()->first);
+  // Delayed commands wait for the backlog too (run_due), so their due time must not spin us.
+  if (!delayed_.empty() && !backlog_full()) deadline = std::min(deadline, delayed_.begin()->first);
   if (phase_ == Phase::closing) deadline = std::min(deadline, closing_deadline_);
   timespec ts{};
   timespec* tsp = nullptr;
@@ -216,21 +222,44 @@ short TcpConnection::wait_for_events(uint64_t now) {
   return fds[0].revents;
 }
 
-TcpConnection::RecvResult TcpConnection::receive() {
-  const ssize_t n = ::recv(fd_, rbuf_.data(), kRecvChunk, MSG_DONTWAIT);
-  if (n == 0) return RecvResult::closed;
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RecvResult::idle;
-    return RecvResult::closed;
+bool TcpConnection::backlog_full() const noexcept {
+  // An empty backlog always takes a command: a transfer limit above the bound must not stall.
+  const size_t pending = backlog();
+  return pending > 0 && pending + max_transfer_ + kBacklogSlack > kMaxBacklog;
+}
+
+void TcpConnection::note_backlog() noexcept {
+  const size_t b = backlog();
+  if (b <= max_backlog_seen_) return;
+  max_backlog_seen_ = b;
+  auto& peak = port_.counters().max_output_backlog;
+  uint64_t cur = peak.load(std::memory_order_relaxed);
+  while (cur < b && !peak.compare_exchange_weak(cur, b, std::memory_order_relaxed)) {
   }
-  if (phase_ == Phase::closing) return RecvResult::progress;  // discarded: we are leaving
+}
+
+TcpConnection::RecvResult TcpConnection::receive() {
+  if (rbuf_pos_ == rbuf_len_) {
+    const ssize_t n = ::recv(fd_, rbuf_.data(), kRecvChunk, MSG_DONTWAIT);
+    if (n == 0) return RecvResult::closed;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RecvResult::idle;
+      return RecvResult::closed;
+    }
+    if (phase_ == Phase::closing) return RecvResult::progress;  // discarded: we are leaving
+    rbuf_pos_ = 0;
+    rbuf_len_ = static_cast<size_t>(n);
+  }
   Handler h{*this};
-  size_t off = 0;
-  const auto len = static_cast<size_t>(n);
-  while (off < len && phase_ != Phase::closing) {
+  const size_t start = rbuf_pos_;
+  while (rbuf_pos_ < rbuf_len_ && phase_ != Phase::closing) {
+    // One PDU at a time, each only while the output has room for the largest reply it can
+    // cause; the rest of the chunk waits here until the peer reads.
+    if (reader_.at_boundary() && backlog_full()) break;
     Errc err = Errc::ok;
     term_what_ = nullptr;
-    off += reader_.consume(rbuf_.data() + off, len - off, h, err);
+    rbuf_pos_ += reader_.consume(rbuf_.data() + rbuf_pos_, rbuf_len_ - rbuf_pos_, h, err,
+                                 tcp::ConsumeUntil::pdu_end);
     if (err == Errc::ok || phase_ == Phase::closing) continue;
     if (err == Errc::data_digest_error) {
       on_data_digest_error();
@@ -241,8 +270,9 @@ TcpConnection::RecvResult TcpConnection::receive() {
       return RecvResult::closed;
     }
     if (term_what_) {
-      const auto* ch = reinterpret_cast<const tcp::CommonHeader*>(reader_.header());
-      fail_connection(term_fes_, term_fei_, term_what_, ch->hlen);
+      tcp::CommonHeader ch;
+      std::memcpy(&ch, reader_.header(), sizeof ch);
+      fail_connection(term_fes_, term_fei_, term_what_, ch.hlen);
     } else {
       // Only a header that passed the common checks was read whole.
       const tcp::HeaderCheck& hc = reader_.last_check();
@@ -251,7 +281,8 @@ TcpConnection::RecvResult TcpConnection::receive() {
       fail_connection(hc.fes, hc.fei, hc.what, whole ? hc.header_total : sizeof(tcp::CommonHeader));
     }
   }
-  return RecvResult::progress;
+  if (phase_ == Phase::closing) rbuf_pos_ = rbuf_len_;
+  return rbuf_pos_ != start ? RecvResult::progress : RecvResult::idle;
 }
 
 bool TcpConnection::flush() {
@@ -279,7 +310,9 @@ bool TcpConnection::flush() {
 }
 
 void TcpConnection::stop_serving() {
-  teardown_ns_.store(now_ns(), std::memory_order_release);
+  // A Disconnect stops serving before the loop ends; the first moment is the one that counts.
+  uint64_t none = 0;
+  teardown_ns_.compare_exchange_strong(none, now_ns(), std::memory_order_acq_rel);
   if (ctrl_) {
     if (qid_ == 0) {
       subsys_->remove_controller(ctrl_.get());
@@ -368,7 +401,9 @@ Errc TcpConnection::on_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, ui
       if (phase_ == Phase::await_icreq) return protocol_error(tcp::Fes::sequence_error, 0, "capsule before ICReq");
       return on_capsule_header(hdr, hc, dst);
     case tcp::PduType::h2c_data:
-      if (phase_ != Phase::live) return protocol_error(tcp::Fes::sequence_error, 0, "H2CData before Connect");
+      // While connecting, only the Connect's own data can be awaited (on_h2c_header checks).
+      if (phase_ != Phase::live && phase_ != Phase::connecting)
+        return protocol_error(tcp::Fes::sequence_error, 0, "H2CData before Connect");
       return on_h2c_header(hdr, dst);
     default: return protocol_error(tcp::Fes::invalid_header_field, 0, "unexpected PDU type");
   }
@@ -474,10 +509,12 @@ uint8_t* TcpConnection::begin_c2h(uint16_t cid, uint32_t len, bool success) {
 
 void TcpConnection::seal_c2h(uint32_t len) {
   uint8_t* p = out_.data() + c2h_mark_;
-  const auto* ch = reinterpret_cast<const tcp::CommonHeader*>(p);
-  if (!(ch->flags & tcp::pdu_flag::kDdgst)) return;
-  const uint32_t d = detail::crc32c(p + ch->pdo, len);
-  std::memcpy(p + ch->pdo + len, &d, sizeof d);
+  // The PDU starts wherever the output stream stands: copied out, never read in place.
+  tcp::CommonHeader ch;
+  std::memcpy(&ch, p, sizeof ch);
+  if (!(ch.flags & tcp::pdu_flag::kDdgst)) return;
+  const uint32_t d = detail::crc32c(p + ch.pdo, len);
+  std::memcpy(p + ch.pdo + len, &d, sizeof d);
 }
 
 void TcpConnection::cancel_c2h() { out_.resize(c2h_mark_); }
@@ -526,6 +563,8 @@ TcpConnection::Slot* TcpConnection::alloc_slot() {
 }
 
 void TcpConnection::free_slot(Slot& s) {
+  // A Connect that ended without making the queue live lets the host try again.
+  if (phase_ == Phase::connecting && s.index == connect_slot_) phase_ = Phase::await_connect;
   s.state = SlotState::free;
   s.buf.clear();
   s.buf.shrink_if_idle(1u << 20);

@@ -75,7 +75,10 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   Errc on_pdu(const uint8_t* hdr, const tcp::HeaderCheck& hc) noexcept;
 
  private:
-  enum class Phase : uint8_t { await_icreq, await_connect, live, closing };
+  // Connect is taken exactly once, first: await_connect -> connecting (the Connect is in hand,
+  // its data may still be on the way) -> live once it succeeded, back to await_connect when it
+  // failed. The queue's role (admin or I/O, qid_) is bound only on the way to live.
+  enum class Phase : uint8_t { await_icreq, await_connect, connecting, live, closing };
   enum class SlotState : uint8_t {
     free,
     receiving,      ///< capsule header seen, in-capsule data arriving
@@ -117,6 +120,9 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   CloseKind drain_wakeups();
   RecvResult receive();
   bool flush();
+  size_t backlog() const noexcept { return out_.size() - out_head_; }
+  bool backlog_full() const noexcept;
+  void note_backlog() noexcept;
   short wait_for_events(uint64_t now);  // returns the socket's revents
   void stop_serving();
   void linger_while_partitioned();
@@ -151,6 +157,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   void execute(Slot& s);
   void execute_fabrics(Slot& s);
   void execute_connect(Slot& s);
+  void execute_disconnect(Slot& s);
   void execute_admin(Slot& s);
   void execute_io(Slot& s);
   void hold_aer(Slot& s);
@@ -169,6 +176,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   tcp::PduReader reader_;
   tcp::Negotiated send_neg_{};  // digests, and the HPDA the host asked for our data
   ByteBuffer rbuf_;
+  size_t rbuf_pos_ = 0;  // received bytes before this were handed to the reader
+  size_t rbuf_len_ = 0;  // bytes of rbuf_ the last recv returned
   ByteBuffer out_;
   size_t out_head_ = 0;  // bytes of out_ already sent
   size_t c2h_mark_ = 0;  // where the C2HData PDU being built starts in out_
@@ -176,6 +185,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   std::vector<uint16_t> free_;
   uint16_t cur_slot_ = 0;   // the capsule the reader is inside
   uint16_t cur_h2c_ = 0;    // the command the current H2CData belongs to
+  uint16_t connect_slot_ = 0;  // the Connect in hand while phase_ is connecting
+  size_t max_backlog_seen_ = 0;
   tcp::Fes term_fes_ = tcp::Fes::none;  // set by a handler that rejects a PDU
   uint32_t term_fei_ = 0;
   const char* term_what_ = nullptr;

@@ -12,6 +12,7 @@
 #include "target/fabrics_connect.hpp"
 #include "target/held_writes.hpp"
 #include "target/identify_data.hpp"
+#include "target/ns_store.hpp"
 #include "target/port.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
@@ -25,7 +26,10 @@ constexpr NvmeStatus kSglOffsetInvalid = NvmeStatus::make(Sct::generic, 0x16, tr
 constexpr NvmeStatus kAerLimitExceeded = NvmeStatus::make(Sct::command_specific, 0x05, true);
 // Asynchronous event: type 2 (notice), information 03h (ANA change), log page 0Ch.
 constexpr uint32_t kAnaChangeEvent = 0x000C0302;
+constexpr NvmeStatus kWriteFault = NvmeStatus::make(Sct::media, 0x80);
 constexpr size_t kMaxAers = 4;  // AERL + 1
+// After a Disconnect, how long the host gets to read the completion and close before we do.
+constexpr uint64_t kDisconnectLingerNs = 100'000'000;
 
 bool is_connect(const Sqe& c) {
   return c.opcode == opcode::kFabrics && fabrics_type(c) == fctype::kConnect;
@@ -45,7 +49,11 @@ void TcpConnection::start_command(Slot& s, uint32_t icd_len) {
   if (sq_entries_) sq_head_ = (sq_head_ + 1) % sq_entries_;
   const Sqe& c = s.sqe;
   if (!s.early.is_success()) return complete(s, s.early);
-  if ((phase_ == Phase::await_connect) != is_connect(c)) return complete(s, status::kCommandSequenceError);
+  // Connect once, first; nothing else until it completed. A Connect in any other phase (one in
+  // hand, the queue live) is refused and leaves the queue as it is.
+  const bool connect = is_connect(c);
+  if (connect ? phase_ != Phase::await_connect : phase_ != Phase::live)
+    return complete(s, status::kCommandSequenceError);
   if (qid_ != 0 && c.opcode != opcode::kFabrics && port_.take_drop()) {
     // Lost on the way in: the host waits for an answer that never comes.
     port_.counters().commands_dropped.fetch_add(1, std::memory_order_relaxed);
@@ -54,6 +62,10 @@ void TcpConnection::start_command(Slot& s, uint32_t icd_len) {
   if (auto st = classify_data(s, icd_len); !st.is_success()) return complete(s, st);
   if (qid_ != 0 && c.opcode != opcode::kFabrics) {
     if (auto st = check_io(s); !st.is_success()) return complete(s, st);
+  }
+  if (connect) {
+    phase_ = Phase::connecting;
+    connect_slot_ = s.index;
   }
   if (s.h2c && !s.in_capsule && s.xfer_len > 0) {
     s.buf.resize(s.xfer_len);
@@ -116,7 +128,10 @@ void TcpConnection::command_ready(Slot& s) {
 }
 
 void TcpConnection::run_due(uint64_t now) {
-  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+  // A queue that stopped serving (Disconnect) executes nothing; the output bound holds for
+  // delayed commands as for new ones.
+  if (!ctrl_ && phase_ != Phase::connecting) return delayed_.clear();
+  while (!delayed_.empty() && delayed_.begin()->first <= now && !backlog_full()) {
     Slot& s = *slots_[delayed_.begin()->second];
     delayed_.erase(delayed_.begin());
     execute(s);
@@ -124,6 +139,11 @@ void TcpConnection::run_due(uint64_t now) {
 }
 
 void TcpConnection::execute(Slot& s) {
+  if (phase_ == Phase::connecting) {
+    if (s.index == connect_slot_) return execute_connect(s);
+    return complete(s, status::kCommandSequenceError);  // start_command refuses these already
+  }
+  if (phase_ != Phase::live || !ctrl_) return complete(s, status::kCommandSequenceError);
   if (s.sqe.opcode == opcode::kFabrics) return execute_fabrics(s);
   // An ended controller executes nothing more, not even what its queues already hold (a
   // latency-delayed command, one received just before the close request reached us).
@@ -139,7 +159,7 @@ void TcpConnection::execute(Slot& s) {
 void TcpConnection::execute_fabrics(Slot& s) {
   const Sqe& c = s.sqe;
   switch (fabrics_type(c)) {
-    case fctype::kConnect: return execute_connect(s);
+    case fctype::kConnect: return complete(s, status::kCommandSequenceError);
     case fctype::kPropertyGet: {
       if (qid_ != 0) return complete(s, status::kInvalidField);
       uint64_t v = 0;
@@ -150,12 +170,13 @@ void TcpConnection::execute_fabrics(Slot& s) {
     case fctype::kPropertySet:
       if (qid_ != 0) return complete(s, status::kInvalidField);
       return complete(s, ctrl_->property_set(c.cdw11, c.cdw12 | (static_cast<uint64_t>(c.cdw13) << 32)));
-    case fctype::kDisconnect: return complete(s, status::kSuccess);
+    case fctype::kDisconnect: return execute_disconnect(s);
     default: return complete(s, status::kInvalidOpcode);
   }
 }
 
 void TcpConnection::execute_connect(Slot& s) {
+  if (phase_ != Phase::connecting || s.index != connect_slot_) return complete(s, status::kCommandSequenceError);
   const ConnectResult r = accept_connect(core_, port_.index(), s.sqe,
                                          {s.buf.data(), s.in_capsule ? s.xfer_len : s.received},
                                          shared_from_this());
@@ -181,6 +202,17 @@ void TcpConnection::execute_connect(Slot& s) {
     log("connect refused", to_string(r.status).c_str());
   }
   complete(s, r.status, r.dw0);
+}
+
+void TcpConnection::execute_disconnect(Slot& s) {
+  // Fabrics 1.1, Disconnect: the command completes, then its queue is deleted; on the admin
+  // queue that ends the association. Our answer goes out before the teardown closes us.
+  complete(s, status::kSuccess);
+  if (!flush()) return;
+  if (core_.opts.log_connections) log("disconnect", qid_ == 0 ? "association ends" : "I/O queue deleted");
+  stop_serving();
+  phase_ = Phase::closing;
+  closing_deadline_ = now_ns() + kDisconnectLingerNs;
 }
 
 void TcpConnection::execute_admin(Slot& s) {
@@ -253,7 +285,12 @@ void TcpConnection::execute_io(Slot& s) {
     }
   }
   const size_t have = s.in_capsule ? s.xfer_len : s.received;
-  complete(s, target::execute_io(*subsys_, c, s.plan, {s.buf.data(), have}, nullptr));
+  NvmeStatus st = target::execute_io(*subsys_, c, s.plan, {s.buf.data(), have}, nullptr);
+  // With the volatile write cache off (Set Features 06h) a completed write is durable.
+  if (st.is_success() && changes_data(c) && s.plan.ns && !ctrl_->write_cache.load(std::memory_order_acquire) &&
+      !s.plan.ns->flush())
+    st = kWriteFault;
+  complete(s, st);
 }
 
 void TcpConnection::hold_aer(Slot& s) {

@@ -253,6 +253,48 @@ TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every blo
   CHECK(qp.outstanding() == 0);
 }
 
+TEST_CASE("QD1024, the deepest queue allowed, keeps every block intact") {
+  Env env;
+  auto ctrl = env.connect();
+  auto qpr = ctrl->create_io_queue(*env.reactor, tcp::kMaxQueueDepth);
+  REQUIRE(qpr);
+  QueuePair& qp = **qpr;
+  constexpr uint32_t kQd = tcp::kMaxQueueDepth;
+  std::vector<IoRequest> reqs(kQd);
+  std::vector<std::vector<uint8_t>> bufs(kQd);
+  Outcome out;
+  // Every slot outstanding at once: writes, then reads of the same blocks.
+  for (uint32_t i = 0; i < kQd; ++i) {
+    bufs[i] = stamped(4096, i * 4ull, 1, 7);
+    reqs[i] = IoRequest{};
+    prep_write(reqs[i].cmd, kNs4k, i * 4ull, 1);
+    reqs[i].data = bufs[i].data();
+    reqs[i].data_len = 4096;
+    reqs[i].on_complete = &count_done;
+    reqs[i].user = &out;
+    REQUIRE(qp.submit(reqs[i]) == 0);
+  }
+  CHECK(qp.outstanding() == kQd);
+  REQUIRE(env.reactor->run_until([&] { return out.done == int{kQd}; }, 20000ms));
+  CHECK(out.failures == 0);
+  out = Outcome{};
+  for (uint32_t i = 0; i < kQd; ++i) {
+    std::fill(bufs[i].begin(), bufs[i].end(), 0);
+    reqs[i] = IoRequest{};
+    prep_read(reqs[i].cmd, kNs4k, i * 4ull, 1);
+    reqs[i].data = bufs[i].data();
+    reqs[i].data_len = 4096;
+    reqs[i].on_complete = &count_done;
+    reqs[i].user = &out;
+    REQUIRE(qp.submit(reqs[i]) == 0);
+  }
+  CHECK(qp.outstanding() == kQd);
+  REQUIRE(env.reactor->run_until([&] { return out.done == int{kQd}; }, 20000ms));
+  CHECK(out.failures == 0);
+  for (uint32_t i = 0; i < kQd; ++i) REQUIRE(all_stamped(bufs[i], 4096, i * 4ull, 7));
+  CHECK(qp.outstanding() == 0);
+}
+
 TEST_CASE("the ANA log and ANA change events") {
   Env env;
   auto ctrl = env.connect();

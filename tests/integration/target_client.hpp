@@ -53,8 +53,12 @@ class Client {
  public:
   ~Client() { close(); }
 
+  /// SO_RCVBUF for the next connect() (a peer that reads slowly); 0 leaves the default.
+  void set_receive_buffer(int bytes) { rcvbuf_ = bytes; }
+
   bool connect(uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rcvbuf_ > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf_, sizeof rcvbuf_);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -318,6 +322,7 @@ class Client {
 
  private:
   int fd_ = -1;
+  int rcvbuf_ = 0;
   bool closed_ = false;
   uint16_t cid_ = 0;
   uint16_t cntlid_ = 0;

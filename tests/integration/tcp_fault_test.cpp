@@ -337,6 +337,32 @@ TEST_CASE("the controller closing the socket fails the pair with connection_clos
   expect_failure([](int fd, uint16_t) { ::shutdown(fd, SHUT_RDWR); }, Errc::connection_closed);
 }
 
+TEST_CASE("the controller closing in the middle of a CapsuleResp fails the pair once") {
+  expect_failure(
+      [](int fd, uint16_t cid) {
+        Cqe cqe{};
+        cqe.cid = cid;
+        CapsuleResp r;
+        fill_capsule_resp(r, cqe, Negotiated{});
+        write_all(fd, &r, sizeof r / 2);
+        ::shutdown(fd, SHUT_RDWR);
+      },
+      Errc::connection_closed);
+}
+
+TEST_CASE("the controller closing in the middle of C2HData fails the pair once") {
+  expect_failure(
+      [](int fd, uint16_t cid) {
+        DataHeader d;
+        fill_c2h_data(d, cid, 0, 4096, true, true, Negotiated{});
+        write_all(fd, &d, sizeof d);
+        std::vector<uint8_t> half(2048, 0x5a);
+        write_all(fd, half.data(), half.size());
+        ::shutdown(fd, SHUT_RDWR);
+      },
+      Errc::connection_closed);
+}
+
 TEST_CASE("a good C2HData with SUCCESS completes the read without a CapsuleResp") {
   FakeController fake([](int fd) {
     handshake(fd);

@@ -184,6 +184,13 @@ HeaderCheck check_common_header(const CommonHeader& ch, Role receiver, const Neg
 
 const char* to_string(PduType t) noexcept;
 
+/// Where consume() may stop besides the end of its input.
+enum class ConsumeUntil : uint8_t {
+  input_end,  ///< everything given, however many PDUs that is
+  pdu_end,    ///< also right after a PDU completes (on_pdu returned), so that the caller can
+              ///< decide before each PDU whether to take it
+};
+
 /// Incremental PDU receiver. Feed it whatever the socket returned; it calls the handler:
 ///   Errc on_header(const uint8_t* hdr, const HeaderCheck& hc, uint8_t*& data_dst)
 ///       the full header arrived (digest verified). For PDUs with data, set data_dst to a buffer
@@ -191,7 +198,8 @@ const char* to_string(PduType t) noexcept;
 ///   Errc on_pdu(const uint8_t* hdr, const HeaderCheck& hc)
 ///       the whole PDU arrived, data digest verified.
 /// consume() returns bytes used, or stops early and sets `err` (the connection must then be
-/// failed). The header bytes stay valid until the next consume().
+/// failed). The header bytes stay valid until the next consume(). With ConsumeUntil::pdu_end it
+/// returns after at most one on_pdu call.
 class PduReader {
  public:
   PduReader(Role receiver, uint32_t max_data) noexcept : role_(receiver), max_data_(max_data) {}
@@ -205,7 +213,8 @@ class PduReader {
   bool at_boundary() const noexcept { return phase_ == Phase::common && got_ == 0; }
 
   template <class Handler>
-  size_t consume(const uint8_t* p, size_t n, Handler& h, Errc& err) noexcept;
+  size_t consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
+                 ConsumeUntil until = ConsumeUntil::input_end) noexcept;
 
  private:
   enum class Phase : uint8_t { common, header, pad, data, ddgst };

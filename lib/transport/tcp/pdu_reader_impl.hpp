@@ -8,7 +8,8 @@
 namespace nvmeof::tcp {
 
 template <class Handler>
-size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err) noexcept {
+size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
+                          ConsumeUntil until) noexcept {
   size_t used = 0;
   err = Errc::ok;
   while (used < n) {
@@ -48,7 +49,7 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err) noe
         got_ = 0;
         phase_ = check_.pad_len ? Phase::pad : (check_.data_len ? Phase::data : Phase::common);
         if (phase_ == Phase::common) {
-          if ((err = h.on_pdu(hdr_, check_)) != Errc::ok) return used;
+          if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
         }
         break;
       }
@@ -74,7 +75,7 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err) noe
           break;
         }
         phase_ = Phase::common;
-        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok) return used;
+        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
         break;
       }
       case Phase::ddgst: {
@@ -91,7 +92,7 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err) noe
           err = fail(Errc::data_digest_error, Fes::none, 0, "data digest mismatch");
           return used;
         }
-        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok) return used;
+        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
         break;
       }
     }

@@ -1,0 +1,412 @@
+// The embedded target against hostile or careless peers, each case a bug or spec gap once found
+// (by the fuzzers in tests/fuzz, or by another initiator): raw PDUs over loopback, then a fresh
+// connection to prove the target still serves.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "nvmeof/target.hpp"
+#include "target_client.hpp"
+
+using namespace nvmeof;
+using namespace nvmeof::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr char kNqn[] = "nqn.2024-01.io.nvmeof:target";
+constexpr uint32_t kBlock = 4096;
+constexpr uint64_t kBacklogBound = 8u << 20;
+constexpr uint32_t kDefaultTempOverK = 343;
+
+TargetOptions options() {
+  TargetOptions o;
+  o.ports.assign(1, TargetPort{"127.0.0.1", "0", AnaState::optimized});
+  o.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  return o;
+}
+
+struct Rig {
+  std::unique_ptr<Target> t;
+  explicit Rig(const TargetOptions& o = options()) {
+    auto r = Target::start(o);
+    REQUIRE(r);
+    t = std::move(*r);
+  }
+  uint16_t port() const { return t->port_number(0); }
+};
+
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = 3000ms) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The target still takes a new association and moves data on it.
+void still_serves(Rig& rig) {
+  Client admin, io;
+  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  std::vector<uint8_t> a(kBlock, 0x6b);
+  REQUIRE(io.write(1, 7, 1, a.data(), kBlock).status().is_success());
+  CHECK(io.read(1, 7, 1, kBlock).data == a);
+}
+
+nvmf_connect_data connect_data(uint16_t cntlid, const char* hostnqn = kHostNqn) {
+  nvmf_connect_data d{};
+  std::memset(d.hostid, 0x5a, sizeof d.hostid);
+  d.cntlid = cntlid;
+  std::strncpy(d.subsysnqn, kNqn, sizeof d.subsysnqn - 1);
+  std::strncpy(d.hostnqn, hostnqn, sizeof d.hostnqn - 1);
+  return d;
+}
+
+// A Connect whose data the target must ask for (R2T); returns the R2T.
+tcp::R2t connect_by_r2t(Client& c, uint16_t cid, uint16_t qid) {
+  Sqe s;
+  prep_connect(s, qid, 31, 0, 0);
+  s.cid = cid;
+  set_sgl(s, sgl::kTransportDataBlock, 0, sizeof(nvmf_connect_data));
+  c.send_capsule(s);
+  auto p = c.next(1000);
+  REQUIRE(p);
+  REQUIRE(p->type == tcp::PduType::r2t);
+  auto r = p->as<tcp::R2t>();
+  REQUIRE(r.cccid == cid);
+  return r;
+}
+
+void send_h2c(Client& c, const tcp::R2t& r, const void* data, uint32_t len) {
+  tcp::DataHeader h;
+  const size_t hlen = tcp::fill_h2c_data(h, r.cccid, r.ttag, 0, len, true, tcp::Negotiated{});
+  c.send_pdu(&h, hlen, data, len);
+}
+
+Reply connect_in_capsule(Client& c, uint16_t qid, uint16_t cntlid, const char* hostnqn = kHostNqn) {
+  return c.connect_queue(kNqn, qid, cntlid, 0, 31, hostnqn);
+}
+
+}  // namespace
+
+TEST_CASE("a Connect whose data comes late is still the only Connect", "[target][connect][regression]") {
+  Rig rig;
+  Client other;  // the controller the late I/O Connect names
+  REQUIRE(other.open_admin(rig.port(), kNqn));
+
+  Client c;
+  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.ic());
+  const tcp::R2t r2t = connect_by_r2t(c, 100, 1);
+  // The sequence: an admin Connect in the capsule while the first one waits for its
+  // data, then an admin command whose data goes by R2T.
+  auto second = connect_in_capsule(c, 0, 0xffff);
+  REQUIRE(second.ok);
+  CHECK(second.status() == status::kCommandSequenceError);
+  Sqe a;
+  prep_command(a, 0x01, 0);
+  a.cid = 101;
+  set_sgl(a, sgl::kTransportDataBlock, 0, 4096);
+  c.send_capsule(a);
+  auto refused = c.wait_reply(101);
+  REQUIRE(refused.ok);
+  CHECK(refused.status() == status::kCommandSequenceError);
+  CHECK(refused.r2ts == 0);
+
+  // The first Connect's data: it executes, and the queue becomes I/O queue 1 of `other`.
+  const auto d = connect_data(other.cntlid());
+  send_h2c(c, r2t, &d, sizeof d);
+  auto first = c.wait_reply(100);
+  REQUIRE(first.ok);
+  REQUIRE(first.status().is_success());
+  CHECK(first.cqe.dw0 == other.cntlid());
+
+  // The role is bound: another Connect is refused and the queue still does I/O.
+  auto again = connect_in_capsule(c, 0, 0xffff);
+  REQUIRE(again.ok);
+  CHECK(again.status() == status::kCommandSequenceError);
+  std::vector<uint8_t> blk(kBlock, 0x3c);
+  REQUIRE(c.write(1, 3, 1, blk.data(), kBlock).status().is_success());
+  CHECK(c.read(1, 3, 1, kBlock).data == blk);
+  still_serves(rig);
+}
+
+TEST_CASE("the admin command's H2CData after a refused late Connect is a protocol error",
+          "[target][connect][regression]") {
+  Rig rig;
+  Client c;
+  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.ic());
+  const tcp::R2t r2t = connect_by_r2t(c, 100, 0);
+  // Named CNTLID of nobody: the late admin Connect creates a controller of its own.
+  const auto d = connect_data(0xffff);
+  send_h2c(c, r2t, &d, sizeof d);
+  auto first = c.wait_reply(100);
+  REQUIRE(first.ok);
+  REQUIRE(first.status().is_success());
+  // A second admin controller on the same connection is refused however it comes.
+  auto second = connect_in_capsule(c, 0, 0xffff);
+  REQUIRE(second.ok);
+  CHECK(second.status() == status::kCommandSequenceError);
+  Sqe s;
+  prep_connect(s, 0, 31, 0, 0);
+  s.cid = 102;
+  set_sgl(s, sgl::kTransportDataBlock, 0, sizeof d);
+  c.send_capsule(s);
+  auto third = c.wait_reply(102);
+  REQUIRE(third.ok);
+  CHECK(third.status() == status::kCommandSequenceError);
+  CHECK(third.r2ts == 0);
+  // H2CData for a transfer tag the target never handed out.
+  tcp::R2t bogus = r2t;
+  bogus.ttag = 7;
+  bogus.cccid = 103;
+  std::vector<uint8_t> junk(4096, 0xee);
+  send_h2c(c, bogus, junk.data(), 4096);
+  auto term = c.next(1000);
+  REQUIRE(term);
+  CHECK(term->type == tcp::PduType::c2h_term_req);
+  CHECK(c.closed_within(2000));
+  still_serves(rig);
+}
+
+TEST_CASE("commands before Connect are refused", "[target][connect][regression]") {
+  Rig rig;
+  Client c;
+  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.ic());
+  auto id = c.identify(cns::kController);
+  REQUIRE(id.ok);
+  CHECK(id.status() == status::kCommandSequenceError);
+  CHECK(id.data.empty());
+  auto pg = c.property_get(prop::kCap, true);
+  REQUIRE(pg.ok);
+  CHECK(pg.status() == status::kCommandSequenceError);
+  auto rd = c.read(1, 0, 1, kBlock);
+  REQUIRE(rd.ok);
+  CHECK(rd.status() == status::kCommandSequenceError);
+  // Still waiting for its one Connect.
+  auto r = connect_in_capsule(c, 0, 0xffff);
+  REQUIRE(r.ok);
+  CHECK(r.status().is_success());
+}
+
+TEST_CASE("a Connect with an empty host NQN is refused, naming the field", "[target][connect]") {
+  Rig rig;
+  Client c;
+  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.ic());
+  auto r = connect_in_capsule(c, 0, 0xffff, "");
+  REQUIRE(r.ok);
+  CHECK(r.status() == status::kConnectInvalidParameters);
+  CHECK(r.cqe.dw0 == ((1u << 16) | offsetof(nvmf_connect_data, hostnqn)));
+}
+
+TEST_CASE("a peer that sends and never reads: the output stays bounded", "[target][backlog][regression]") {
+  Rig rig;
+  Client c;
+  // A small receive window, so the target's replies pile up on its side.
+  c.set_receive_buffer(64 * 1024);
+  REQUIRE(c.open_admin(rig.port(), kNqn));
+  const int fl = ::fcntl(c.fd(), F_GETFL);
+  ::fcntl(c.fd(), F_SETFL, fl | O_NONBLOCK);
+  // 2000 Get Log Page capsules asking 128 KiB each: 250 MiB of replies if all executed.
+  std::vector<uint8_t> burst;
+  for (uint16_t i = 0; i < 2000; ++i) {
+    Sqe s;
+    prep_get_log_page(s, 0x01, 0xffffffff, 128 * 1024, 0, 0);
+    s.cid = static_cast<uint16_t>(1000 + i);
+    set_sgl(s, sgl::kTransportDataBlock, 0, 128 * 1024);
+    tcp::CapsuleCmd cap;
+    const size_t hlen = tcp::fill_capsule_cmd(cap, s, 0, tcp::Negotiated{});
+    const auto* b = reinterpret_cast<const uint8_t*>(&cap);
+    burst.insert(burst.end(), b, b + hlen);
+  }
+  size_t sent = 0;
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (sent < burst.size() && std::chrono::steady_clock::now() < until) {
+    const ssize_t n = ::send(c.fd(), burst.data() + sent, burst.size() - sent, MSG_NOSIGNAL);
+    if (n > 0)
+      sent += static_cast<size_t>(n);
+    else
+      std::this_thread::sleep_for(1ms);
+  }
+  // Whatever the target could take, it took by now; its backlog is at its bound.
+  REQUIRE(eventually([&] { return rig.t->stats(0).max_output_backlog > kBacklogBound / 2; }));
+  std::this_thread::sleep_for(300ms);
+  const PortStats st = rig.t->stats(0);
+  INFO("max backlog " << st.max_output_backlog << ", commands " << st.commands);
+  CHECK(st.max_output_backlog <= kBacklogBound);
+  CHECK(st.commands < 1000);
+  still_serves(rig);
+}
+
+TEST_CASE("a peer that closes in the middle of a PDU", "[target][errors]") {
+  Rig rig;
+  SECTION("inside a capsule header") {
+    Client c;
+    REQUIRE(c.open_admin(rig.port(), kNqn));
+    Sqe s;
+    prep_identify(s, cns::kController, 0);
+    tcp::CapsuleCmd cap;
+    const size_t hlen = tcp::fill_capsule_cmd(cap, s, 0, tcp::Negotiated{});
+    c.send_raw(&cap, hlen / 2);
+    c.close();
+  }
+  SECTION("inside H2CData of a write") {
+    Client admin, io;
+    REQUIRE(admin.open_admin(rig.port(), kNqn));
+    REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+    Sqe w;
+    prep_write(w, 1, 0, 8);
+    w.cid = 9;
+    set_sgl(w, sgl::kTransportDataBlock, 0, 8 * kBlock);
+    io.send_capsule(w);
+    auto p = io.next(1000);
+    REQUIRE(p);
+    REQUIRE(p->type == tcp::PduType::r2t);
+    const auto r = p->as<tcp::R2t>();
+    std::vector<uint8_t> data(r.r2tl, 0x11);
+    tcp::DataHeader h;
+    const size_t hlen = tcp::fill_h2c_data(h, r.cccid, r.ttag, 0, r.r2tl, true, tcp::Negotiated{});
+    std::vector<uint8_t> b(h.ch.plen);
+    std::memcpy(b.data(), &h, hlen);
+    std::memcpy(b.data() + h.ch.pdo, data.data(), r.r2tl);
+    io.send_raw(b.data(), b.size() / 2);
+    io.close();
+    admin.close();
+  }
+  REQUIRE(eventually([&] { return rig.t->stats(0).live_connections == 0; }));
+  still_serves(rig);
+}
+
+TEST_CASE("Disconnect ends the queue; on the admin queue, the association", "[target][fabrics]") {
+  Rig rig;
+  Client admin, io;
+  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  Sqe d;
+  prep_fabrics(d, fctype::kDisconnect);
+  auto r = io.exec(d);
+  REQUIRE(r.ok);
+  CHECK(r.status().is_success());
+  CHECK(io.closed_within(2000));
+  // The controller lives on, and qid 1 is free again.
+  CHECK(admin.property_get(prop::kCsts, false).status().is_success());
+  Client io2;
+  REQUIRE(io2.open_io(rig.port(), kNqn, admin.cntlid()));
+  auto ra = admin.exec(d);
+  REQUIRE(ra.ok);
+  CHECK(ra.status().is_success());
+  CHECK(admin.closed_within(2000));
+  CHECK(io2.closed_within(2000));
+  still_serves(rig);
+}
+
+TEST_CASE("Number of Queues once I/O queues exist: Command Sequence Error", "[target][features]") {
+  Rig rig;
+  Client admin, io;
+  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  Sqe f;
+  prep_set_features(f, feature::kNumberOfQueues, (3u << 16) | 3u);
+  auto before = admin.exec(f);
+  REQUIRE(before.ok);
+  CHECK(before.status().is_success());
+  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  auto after = admin.exec(f);
+  REQUIRE(after.ok);
+  CHECK(after.status() == status::kCommandSequenceError);
+}
+
+TEST_CASE("Get/Set Features: arbitration, power, temperature, error recovery, write cache",
+          "[target][features]") {
+  Rig rig;
+  Client admin;
+  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  auto get = [&](uint8_t fid, uint32_t cdw11 = 0, uint32_t sel = 0) {
+    Sqe c;
+    prep_get_features(c, fid);
+    c.cdw10 |= sel << 8;
+    c.cdw11 = cdw11;
+    auto r = admin.exec(c);
+    REQUIRE(r.ok);
+    REQUIRE(r.status().is_success());
+    return r.cqe.dw0;
+  };
+  auto set = [&](uint8_t fid, uint32_t cdw11) {
+    Sqe c;
+    prep_set_features(c, fid, cdw11);
+    auto r = admin.exec(c);
+    REQUIRE(r.ok);
+    return r.status();
+  };
+  CHECK(get(feature::kArbitration) == 0);
+  CHECK(get(feature::kPowerManagement) == 0);
+  CHECK(get(feature::kTemperatureThreshold) == kDefaultTempOverK);
+  CHECK(get(feature::kTemperatureThreshold, 1u << 20) == 0);
+  CHECK(get(feature::kErrorRecovery) == 0);
+  CHECK(get(feature::kVolatileWriteCache) == 1);
+
+  CHECK(set(feature::kArbitration, 0x03020105).is_success());
+  CHECK(get(feature::kArbitration) == 0x03020105);
+  CHECK(set(feature::kPowerManagement, 1) == status::kInvalidField);  // one power state
+  CHECK(set(feature::kTemperatureThreshold, 350).is_success());
+  CHECK(set(feature::kTemperatureThreshold, (1u << 20) | 260).is_success());
+  CHECK(get(feature::kTemperatureThreshold) == 350);
+  CHECK(get(feature::kTemperatureThreshold, 1u << 20) == 260);
+  CHECK(get(feature::kTemperatureThreshold, 0, 1) == kDefaultTempOverK);  // SEL default
+  CHECK(set(feature::kTemperatureThreshold, 1u << 16) == status::kInvalidField);  // no sensor 1
+  CHECK(set(feature::kErrorRecovery, 20).is_success());
+  CHECK(get(feature::kErrorRecovery) == 20);
+  CHECK(set(feature::kErrorRecovery, 1u << 16) == status::kInvalidField);  // no DULBE
+  CHECK(set(feature::kVolatileWriteCache, 0).is_success());
+  CHECK(get(feature::kVolatileWriteCache) == 0);
+  CHECK((get(feature::kVolatileWriteCache, 0, 3) & 0x4) != 0);  // changeable
+}
+
+TEST_CASE("a file-backed namespace: write cache off writes through, Flush flushes", "[target][io]") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nvmeof-vwc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  TargetOptions o = options();
+  o.subsystems[0].namespaces[0].file = (dir / "ns1.img").string();
+  {
+    Rig rig(o);
+    Client admin, io;
+    REQUIRE(admin.open_admin(rig.port(), kNqn));
+    REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+    auto id = admin.identify(cns::kController);
+    REQUIRE(id.ok);
+    CHECK((id.data[offsetof(nvme_id_ctrl, vwc)] & 1) == 1);
+    std::vector<uint8_t> a(4 * kBlock, 0x5e);
+    REQUIRE(io.write(1, 0, 4, a.data(), 4 * kBlock).status().is_success());
+    Sqe f;
+    prep_flush(f, 1);
+    CHECK(io.exec(f).status().is_success());
+    prep_set_features(f, feature::kVolatileWriteCache, 0);
+    REQUIRE(admin.exec(f).status().is_success());
+    std::vector<uint8_t> b(4 * kBlock, 0xa1);
+    REQUIRE(io.write(1, 4, 4, b.data(), 4 * kBlock).status().is_success());
+    CHECK(io.read(1, 0, 4, 4 * kBlock).data == a);
+    CHECK(io.read(1, 4, 4, 4 * kBlock).data == b);
+  }
+  // What was flushed or written through is in the file.
+  std::vector<uint8_t> got(8 * kBlock);
+  const int fd = ::open((dir / "ns1.img").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pread(fd, got.data(), got.size(), 0) == static_cast<ssize_t>(got.size()));
+  ::close(fd);
+  CHECK(std::all_of(got.begin(), got.begin() + 4 * kBlock, [](uint8_t v) { return v == 0x5e; }));
+  CHECK(std::all_of(got.begin() + 4 * kBlock, got.end(), [](uint8_t v) { return v == 0xa1; }));
+  std::filesystem::remove_all(dir);
+}
