@@ -79,6 +79,15 @@ class VerifiedWorkload {
     std::lock_guard lock(mu_);
     return first_error_;
   }
+  /// The LBAs the workload covers: [first_lba(), first_lba() + lba_count()).
+  uint64_t first_lba() const { return base_; }
+  uint64_t lba_count() const { return uint64_t{per_slot_} * slots_.size(); }
+  /// After finish(): the seq of the last acknowledged write of `lba` (0: none), so a test can
+  /// check what the target itself holds, not only what the volume reads back.
+  uint64_t acked_seq(uint64_t lba) const {
+    const uint64_t off = lba - base_;
+    return slots_.at(off / per_slot_).acked.at(off % per_slot_);
+  }
 
  private:
   static void on_done(VolumeIo& io, NvmeStatus st) noexcept {

@@ -14,7 +14,9 @@ TCP1=127.0.0.1:4420
 TCP2=127.0.0.2:4421
 RDMA_ADDR=10.10.10.1:4420
 NVMET=/sys/kernel/config/nvmet
-export NQN TCP1 TCP2 RDMA_ADDR NVMET
+# The namespace's backing file (tmpfs, nvmet buffered_io): what the target really holds.
+NS1_FILE=/run/nvmet-ns1.img
+export NQN TCP1 TCP2 RDMA_ADDR NVMET NS1_FILE
 
 # busybox runs its own applets before PATH: these name the real tools.
 IP=/usr/sbin/ip
@@ -153,11 +155,53 @@ numa_setup() {
         eval _if=\$NUMA_IF$_i _addr=\$NUMA_ADDR$_i _port=\$NUMA_PORT$_i
         $IP link set "$_if" up || return 1
         $IP addr add "${_addr%:*}/24" dev "$_if" || return 1
-        mkdir "$NVMET/ports/$_port" &&
-            echo tcp >"$NVMET/ports/$_port/addr_trtype" &&
-            echo ipv4 >"$NVMET/ports/$_port/addr_adrfam" &&
-            echo "${_addr%:*}" >"$NVMET/ports/$_port/addr_traddr" &&
-            echo "${_addr#*:}" >"$NVMET/ports/$_port/addr_trsvcid" &&
-            nvmet_port_add "$_port" || return 1
+        nvmet_tcp_port "$_port" "$_addr" || return 1
     done
+}
+
+# nvmet_tcp_port <id> <addr:svcid>: a new nvmet TCP port exporting $NQN.
+nvmet_tcp_port() {
+    mkdir "$NVMET/ports/$1" &&
+        echo tcp >"$NVMET/ports/$1/addr_trtype" &&
+        echo ipv4 >"$NVMET/ports/$1/addr_adrfam" &&
+        echo "${2%:*}" >"$NVMET/ports/$1/addr_traddr" &&
+        echo "${2#*:}" >"$NVMET/ports/$1/addr_trsvcid" &&
+        nvmet_port_add "$1"
+}
+
+# netns_setup: a network namespace $NETNS in which a host program (`$IP netns exec $NETNS prog`)
+# reaches nvmet over two veth pairs, one per path, and can be cut off from it:
+#   path i: $NETNS_IF<i> in $NETNS (10.214.<i>.2) <-> $NETNS_TIF<i> here (10.214.<i>.1),
+#           nvmet port $NETNS_PORT<i> listening at $NETNS_ADDR<i>.
+# A link taken down (either end) drops everything silently: no RST, no ICMP, a pulled cable.
+# Each subnet also gets an `unreachable` route at metric $NETNS_UNREACHABLE_METRIC on both sides,
+# added before its link exists: with a link down, nothing for it may leave by another route.
+NETNS=host
+NETNS_IF0=nvh0 NETNS_IF1=nvh1
+NETNS_TIF0=nvt0 NETNS_TIF1=nvt1
+NETNS_ADDR0=10.214.0.1:4420 NETNS_ADDR1=10.214.1.1:4420
+NETNS_PORT0=20 NETNS_PORT1=21
+NETNS_UNREACHABLE_METRIC=4000
+export NETNS NETNS_IF0 NETNS_IF1 NETNS_TIF0 NETNS_TIF1 NETNS_ADDR0 NETNS_ADDR1 NETNS_PORT0 NETNS_PORT1
+netns_setup() {
+    $IP netns add "$NETNS" || return 1
+    $IP -n "$NETNS" link set lo up || return 1
+    for _i in 0 1; do
+        eval _h=\$NETNS_IF$_i _t=\$NETNS_TIF$_i _addr=\$NETNS_ADDR$_i _port=\$NETNS_PORT$_i
+        _net=10.214.$_i
+        $IP route add unreachable "$_net.0/24" metric $NETNS_UNREACHABLE_METRIC || return 1
+        $IP -n "$NETNS" route add unreachable "$_net.0/24" metric $NETNS_UNREACHABLE_METRIC || return 1
+        $IP link add "$_t" type veth peer name "$_h" netns "$NETNS" || return 1
+        $IP addr add "$_net.1/24" dev "$_t" || return 1
+        $IP -n "$NETNS" addr add "$_net.2/24" dev "$_h" || return 1
+        $IP link set "$_t" up || return 1
+        $IP -n "$NETNS" link set "$_h" up || return 1
+        nvmet_tcp_port "$_port" "$_addr" || return 1
+    done
+}
+
+# netns_link <i> up|down: path i's end in $NETNS (the host side of the cable).
+netns_link() {
+    eval _h=\$NETNS_IF$1
+    $IP -n "$NETNS" link set "$_h" "$2"
 }
