@@ -108,7 +108,8 @@ std::string to_json(const VolumeStats& s) {
   j["timeline"] = json::array();
   for (const auto& e : s.timeline) {
     j["timeline"].push_back({{"path", e.path}, {"cause", e.cause}, {"detect_ns", e.detect_ns},
-                             {"fenced_us", e.fenced_us}, {"first_resubmit_us", e.first_resubmit_us},
+                             {"fenced_us", e.fenced_us}, {"fence_rule", e.fence_rule},
+                             {"first_resubmit_us", e.first_resubmit_us},
                              {"first_success_us", e.first_success_us}, {"reconnected_us", e.reconnected_us},
                              {"reads_moved", e.reads_moved}, {"writes_moved", e.writes_moved}});
   }
@@ -134,9 +135,10 @@ std::string to_text(const VolumeStats& s) {
   }
   for (const auto& e : s.timeline) {
     std::snprintf(line, sizeof line,
-                  "  failover path %d: %s; fenced +%lld us, first resubmit +%lld us, first success +%lld us, "
+                  "  failover path %d: %s; fenced +%lld us%s%s, first resubmit +%lld us, first success +%lld us, "
                   "reconnected +%lld us (%u reads, %u writes moved)\n",
                   e.path, e.cause.c_str(), static_cast<long long>(e.fenced_us),
+                  e.fence_rule.empty() ? "" : " by ", e.fence_rule.c_str(),
                   static_cast<long long>(e.first_resubmit_us), static_cast<long long>(e.first_success_us),
                   static_cast<long long>(e.reconnected_us), e.reads_moved, e.writes_moved);
     out += line;
