@@ -76,7 +76,6 @@ bool FailoverMachine::on_failure(int path, uint32_t generation, LossCause cause,
   p.detect_ns = detect_ns;
   p.peer_fence_at = UINT64_MAX;
   std::fill(p.ccr_tried.begin(), p.ccr_tried.end(), false);
-  p.ccr_pending = false;
   p.torn_down = false;
   env_.close_lanes(path);
   if (mode_ == FenceMode::skip_unsafe) {
@@ -112,7 +111,6 @@ bool FailoverMachine::try_ccr(int failed) {
         !via.facts.can_reset_others || via.ccr_out >= via.facts.ccrl)
       continue;
     f.ccr_tried[v] = true;
-    f.ccr_pending = true;
     ++via.ccr_out;
     env_.start_ccr(failed, static_cast<int>(v), f.generation);
     return true;
@@ -125,7 +123,6 @@ void FailoverMachine::on_ccr_done(int failed, int via, uint32_t generation, bool
   if (v.ccr_out > 0) --v.ccr_out;
   auto& f = paths_[idx(failed)];
   if (f.state != PathState::failed || f.generation != generation) return;
-  f.ccr_pending = false;
   if (ok) {
     fence(failed, FenceRule::ccr);
     return;

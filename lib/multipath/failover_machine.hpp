@@ -120,7 +120,6 @@ class FailoverMachine {
     uint64_t peer_fence_at = UINT64_MAX;  // earliest peer_closed fence armed
     std::vector<bool> ccr_tried;          // via paths tried for the current failure
     uint32_t ccr_out = 0;                 // CCRs in progress through this path
-    bool ccr_pending = false;             // a CCR of this path is in progress
     bool torn_down = false;               // fence_endpoint called for the current failure
     std::chrono::milliseconds backoff{0};
     bool connecting = false;
