@@ -12,9 +12,11 @@
 #include <cstring>
 
 #include "nvmeof/status.hpp"
+#include "nvmeof/export.h"
 
 static_assert(std::endian::native == std::endian::little, "nvmeof supports little-endian hosts");
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 /// 64-byte submission queue entry. For Fabrics commands (opcode 0x7f) byte 4 holds FCTYPE.
@@ -278,3 +280,4 @@ inline bool is_controller_to_host(const Sqe& c) noexcept {
 }
 
 }  // namespace nvmeof
+NVMEOF_API_END

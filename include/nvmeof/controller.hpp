@@ -1,5 +1,6 @@
 // A connection to one NVMe-oF controller over the user-space NVMe/TCP or NVMe/RDMA transport: the admin
-// queue (owned by the control plane thread) and I/O queue pairs (each owned by a Reactor).
+// queue (owned by the control plane thread) and I/O queue pairs (each owned by a Reactor; those
+// are internal, lib/control/controller_access.hpp: a Volume is the public way to do I/O).
 //
 // Threading: connect(), the admin calls and create_io_queue() may be called from any thread;
 // they block the caller (never a reactor other than the one passed in) up to their timeout.
@@ -17,10 +18,10 @@
 
 #include "nvmeof/command.hpp"
 #include "nvmeof/identify.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
 #include "nvmeof/status.hpp"
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 enum class Transport : uint8_t { tcp, rdma, passthrough };
@@ -72,10 +73,10 @@ class ControlPlane {
   ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
-  struct Impl;
-  Impl& impl() noexcept { return *impl_; }
+  struct Impl;  ///< internal; defined in lib/control
 
  private:
+  friend struct ControllerAccess;  // lib/control/controller_access.hpp
   std::unique_ptr<Impl> impl_;
 };
 
@@ -109,23 +110,7 @@ class Controller {
   /// The keep-alive timeout in force (ms; 0: none), after rounding to the controller's KAS.
   uint32_t kato_ms() const noexcept;
 
-  /// Creates and connects one I/O queue pair driven by `reactor` (set-up runs on the calling
-  /// thread, which should be that reactor's thread, and start() happens there). `depth` 0
-  /// means options().io_queue_depth. The pair's max_transfer() is MDTS (1 MiB when the
-  /// controller sets none). Its queue id returns to the pool when the pair is destroyed.
-  /// Errors: not_connected (admin queue down), queue_full (every granted queue id in use),
-  /// and those of the TCP set-up (connection_refused, timeout, an NVMe status, ...).
-  Result<std::unique_ptr<QueuePair>> create_io_queue(Reactor& reactor, uint32_t depth = 0);
-
-  /// An I/O queue pair connected but not started: start() it on its reactor's thread.
-  struct PreparedIoQueue {
-    std::unique_ptr<QueuePair> qp;
-    std::function<void()> start;
-  };
-  /// The blocking half of create_io_queue() on any thread (not the reactor's, which it would
-  /// stall for a whole connect): the pair's memory goes on `memory_node` (-1: the calling
-  /// thread's). Errors: those of create_io_queue().
-  Result<PreparedIoQueue> prepare_io_queue(Reactor& reactor, uint32_t depth, int memory_node);
+  // I/O queue pairs (create_io_queue, prepare_io_queue) are internal: lib/control/controller_access.hpp.
 
   /// Raw admin command; `data` is read or written per the opcode's direction (copied through a
   /// buffer of the controller's, so a timed-out command never touches the caller's memory).
@@ -166,11 +151,13 @@ class Controller {
   /// Idempotent; any thread.
   void disconnect();
 
-  struct Impl;
+  struct Impl;  ///< internal; defined in lib/control
 
  private:
+  friend struct ControllerAccess;
   explicit Controller(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;  // shared with work posted to the control thread
 };
 
 }  // namespace nvmeof
+NVMEOF_API_END

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "nvmeof/status.hpp"
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 inline constexpr char kDiscoveryNqn[] = "nqn.2014-08.org.nvmexpress.discovery";
@@ -137,3 +139,4 @@ struct DiscoveryLog {
 Result<DiscoveryLog> parse_discovery_log(std::span<const uint8_t> raw);
 
 }  // namespace nvmeof
+NVMEOF_API_END

@@ -15,7 +15,9 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 /// Status Code Type (SCT) of an NVMe completion.
@@ -156,6 +158,8 @@ class [[nodiscard]] Result<void> {
 };
 
 }  // namespace nvmeof
+
+NVMEOF_API_END
 
 namespace std {
 template <>

@@ -44,7 +44,9 @@
 
 #include "nvmeof/identify.hpp"
 #include "nvmeof/status.hpp"
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 /// A namespace of a subsystem.
@@ -237,3 +239,4 @@ class Target {
 };
 
 }  // namespace nvmeof
+NVMEOF_API_END

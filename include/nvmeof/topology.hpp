@@ -21,7 +21,9 @@
 
 #include "nvmeof/controller.hpp"
 #include "nvmeof/status.hpp"
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 inline constexpr int kUnknownNode = -1;
@@ -151,3 +153,4 @@ std::string to_json(const Placement& p);
 int current_node(const Topology& topo) noexcept;
 
 }  // namespace nvmeof
+NVMEOF_API_END

@@ -20,7 +20,9 @@
 #include "nvmeof/identify.hpp"
 #include "nvmeof/status.hpp"
 #include "nvmeof/topology.hpp"
+#include "nvmeof/export.h"
 
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
 enum class SelectorKind : uint8_t { round_robin, queue_depth, numa, service_time };
@@ -85,11 +87,9 @@ struct VolumeIo {
   void* buf = nullptr;       ///< data (read into / write from / dsm ranges)
   VolumeCallback done = nullptr;
   void* user = nullptr;
-  // -- owned by the volume while in flight --
-  uint64_t start_ns = 0;     ///< when the volume accepted it
-  uint16_t parts_left = 0;   ///< split pieces outstanding
-  NvmeStatus first_error{};
-  VolumeIo* next = nullptr;
+  /// Owned by the volume while the I/O is in flight (its queue link, split pieces, first error):
+  /// opaque storage so that an I/O needs no allocation. Do not touch.
+  alignas(8) unsigned char reserved_[48]{};
 };
 
 enum class PathState : uint8_t {
@@ -211,3 +211,4 @@ class Volume {
 };
 
 }  // namespace nvmeof
+NVMEOF_API_END

@@ -17,13 +17,13 @@
 #include <type_traits>
 
 #include "nvmeof/controller.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 
 namespace nvmeof {
 
 // Threading: `io` and `thread_id` are set before the thread starts and never change; the reactor
 // and the stream descriptor are used only on the control thread after that.
-struct ControlPlane::Impl {
+struct NVMEOF_LOCAL ControlPlane::Impl {
   boost::asio::io_context io;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   std::unique_ptr<Reactor> reactor;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "control/control_plane.hpp"
+#include "control/controller_access.hpp"
 #include "core/node_memory.hpp"
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
@@ -196,7 +197,7 @@ struct AdminOp {
 // Threading: `addr`, `opts`, `info`, `cap`, `cntlid`, `granted` are written during connect()
 // before the Controller object is published and are read-only afterwards. `live` is atomic.
 // Callbacks are guarded by `cb_mu`. Everything else belongs to the control thread.
-struct Controller::Impl final : QueuePairListener, std::enable_shared_from_this<Controller::Impl> {
+struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, std::enable_shared_from_this<Controller::Impl> {
   Impl(ControlPlane::Impl& c, const TransportAddress& a, const ConnectOptions& o)
       : cp(c), addr(a), opts(o), ka_timer(c.io), ka_deadline(c.io) {}
 
@@ -492,7 +493,7 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   if (opts.hostid == std::array<uint8_t, 16>{}) opts.hostid = process_hostid();
   if (opts.hostnqn.empty()) opts.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:" + uuid_string(opts.hostid);
 
-  ControlPlane::Impl& cp = plane.impl();
+  ControlPlane::Impl& cp = ControllerAccess::impl(plane);
   PairParams pp;
   pp.qid = 0;
   pp.depth = opts.admin_queue_depth;
@@ -598,15 +599,17 @@ uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
 uint32_t Controller::kato_ms() const noexcept { return impl_->kato; }
 bool Controller::is_live() const noexcept { return impl_->live.load(); }
 
-Result<std::unique_ptr<QueuePair>> Controller::create_io_queue(Reactor& reactor, uint32_t depth) {
-  auto q = prepare_io_queue(reactor, depth, detail::thread_memory_node());
+Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,
+                                                   uint32_t depth) {
+  auto q = prepare_io_queue(ctrl, reactor, depth, detail::thread_memory_node());
   if (!q) return q.error();
   q->start();
   return std::move(q->qp);
 }
 
-Result<Controller::PreparedIoQueue> Controller::prepare_io_queue(Reactor& reactor, uint32_t depth,
-                                                                 int memory_node) {
+Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
+                                         int memory_node) {
+  Controller::Impl* impl_ = &ControllerAccess::impl(ctrl);
   if (!impl_->live.load()) return Errc::not_connected;
   const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
   if (depth == 0) depth = impl_->opts.io_queue_depth;

@@ -1,6 +1,8 @@
 // Our own fabric controllers (NVMe/TCP, NVMe/RDMA) as volume paths.
 #include "control/endpoint.hpp"
 
+#include "control/controller_access.hpp"
+
 namespace nvmeof::detail {
 namespace {
 
@@ -12,9 +14,9 @@ class FabricEndpoint final : public PathEndpoint {
   Result<std::vector<uint32_t>> active_namespaces() override { return ctrl_->active_namespaces(); }
   Result<AnaLog> ana_log() override { return ctrl_->ana_log(); }
   Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int memory_node) override {
-    auto q = ctrl_->prepare_io_queue(r, depth, memory_node);
+    auto q = nvmeof::prepare_io_queue(*ctrl_, r, depth, memory_node);
     if (!q) return q.error();
-    auto shared = std::make_shared<Controller::PreparedIoQueue>(std::move(*q));
+    auto shared = std::make_shared<PreparedIoQueue>(std::move(*q));
     return PreparedQueue{[shared]() -> Result<std::unique_ptr<QueuePair>> {
       shared->start();
       return std::move(shared->qp);

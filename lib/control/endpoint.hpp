@@ -15,8 +15,8 @@
 
 #include "nvmeof/controller.hpp"
 #include "nvmeof/identify.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 
 namespace nvmeof::detail {
 

@@ -7,6 +7,7 @@
 
 #include "multipath/retry_policy.hpp"
 #include "multipath/volume_impl.hpp"
+#include "multipath/volume_io_state.hpp"
 
 namespace nvmeof::detail {
 namespace {
@@ -117,7 +118,7 @@ void Lane::run() {
   for (auto& lp : paths_) lp->qp.reset();
   graveyard_.clear();
   while (VolumeIo* io = backlog_head_) {
-    backlog_head_ = io->next;
+    backlog_head_ = io_state(*io).next;
     io->done(*io, gone);
   }
   reactor_.reset();
@@ -165,8 +166,8 @@ bool Lane::has_free(uint32_t n) const noexcept {
 void Lane::start_io(VolumeIo& io) noexcept {
   // Not enough free attempts (or older I/O already waiting for them): park it, in order.
   if (backlog_head_ || !has_free(pieces_of(io))) {
-    io.next = nullptr;
-    if (backlog_tail_) backlog_tail_->next = &io;
+    io_state(io).next = nullptr;
+    if (backlog_tail_) io_state(*backlog_tail_).next = &io;
     else backlog_head_ = &io;
     backlog_tail_ = &io;
     return;
@@ -177,9 +178,9 @@ void Lane::start_io(VolumeIo& io) noexcept {
 void Lane::launch(VolumeIo& io) noexcept {
   const uint32_t bs = vol_.ns_.block_size;
   const uint32_t pieces = pieces_of(io);
-  io.start_ns = Reactor::clock_ns();
-  io.first_error = {};
-  io.parts_left = static_cast<uint16_t>(pieces);
+  io_state(io).start_ns = Reactor::clock_ns();
+  io_state(io).first_error = {};
+  io_state(io).parts_left = static_cast<uint16_t>(pieces);
   inflight_total_.fetch_add(pieces, std::memory_order_relaxed);
   const uint32_t per = pieces == 1 ? io.nlb : blocks_per_piece(io);
   for (uint32_t i = 0; i < pieces; ++i) {
@@ -259,7 +260,7 @@ void Lane::issue(Attempt& a) noexcept {
     const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
                               vol_.opts_.round_robin_ios, a.bytes, a.exclude);
     if (p < 0) {
-      a.release_ns = a.io->start_ns + vol_.no_path_timeout_ns();
+      a.release_ns = io_state(*a.io).start_ns + vol_.no_path_timeout_ns();
       waiting_.push_back(&a);
       return;
     }
@@ -333,7 +334,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
       other = OtherPath::usable;
   RetryDecision d = decide_retry(st, a.attempts, vol_.attempts_per_io(), other);
   // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
-  if (d.action != RetryAction::complete && now - a.io->start_ns > vol_.no_path_timeout_ns())
+  if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > vol_.no_path_timeout_ns())
     d.action = RetryAction::fail;
   if (d.refresh_ana) vol_.request_ana_refresh();
   if (d.path_failed && current && lp.qp && lp.qp->state() == QpState::live)
@@ -377,11 +378,11 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
 
 void Lane::finish_piece(Attempt& a, NvmeStatus st) noexcept {
   VolumeIo& io = *a.io;
-  if (!st.is_success() && io.first_error.is_success()) io.first_error = st;
+  if (!st.is_success() && io_state(io).first_error.is_success()) io_state(io).first_error = st;
   free_attempt(&a);
   inflight_total_.fetch_sub(1, std::memory_order_relaxed);
-  if (--io.parts_left != 0) return;
-  const NvmeStatus final_status = io.first_error;
+  if (--io_state(io).parts_left != 0) return;
+  const NvmeStatus final_status = io_state(io).first_error;
   (final_status.is_success() ? vol_.completed_ : vol_.failed_).fetch_add(1, std::memory_order_relaxed);
   io.done(io, final_status);
 }
@@ -540,7 +541,7 @@ int Lane::turn() noexcept {
   }
   while (backlog_head_ && has_free(pieces_of(*backlog_head_))) {
     VolumeIo* io = backlog_head_;
-    backlog_head_ = io->next;
+    backlog_head_ = io_state(*io).next;
     if (!backlog_head_) backlog_tail_ = nullptr;
     launch(*io);
   }

@@ -446,14 +446,14 @@ void VolumeImpl::shutdown() {
   // The loop is shared with the controllers: instead of stopping it, cancel this volume's timers
   // and let everything already queued for it run (and return, seeing stopping_) before the
   // lanes go; what the stopping lanes still post is flushed the same way after them.
-  cp_.impl().call([this] {
+  ControllerAccess::impl(cp_).call([this] {
     for (auto& w : timers_)
       if (auto t = w.lock()) t->cancel();
     timers_.clear();
   });
-  cp_.impl().call([] {});
+  ControllerAccess::impl(cp_).call([] {});
   for (auto& l : lanes_) l->stop();
-  cp_.impl().call([] {});
+  ControllerAccess::impl(cp_).call([] {});
   lanes_.clear();
   for (auto& sp : paths_) {
     if (sp->ctrl) sp->ctrl->close();

@@ -16,13 +16,14 @@
 #include "core/histogram.hpp"
 #include "core/mpsc_ring.hpp"
 #include "control/control_plane.hpp"
+#include "control/controller_access.hpp"
 #include "control/endpoint.hpp"
 #include "core/node_memory.hpp"
 #include "multipath/failover_machine.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/topology.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -285,7 +286,7 @@ class VolumeImpl : public FailoverEnv {
 
   // The volume's one control loop is its control plane's io_context: admin queues, keep-alive,
   // events, the failover machine and its timers all run on that one thread.
-  boost::asio::io_context& ctx_{cp_.impl().io};
+  boost::asio::io_context& ctx_{ControllerAccess::impl(cp_).io};
   std::vector<std::weak_ptr<boost::asio::steady_timer>> timers_;  // control thread: cancelled at shutdown
   std::unique_ptr<FailoverMachine> machine_;  // control thread only (built in open())
   // Blocking work: connects, CCRs, admin reads. Four threads, so that a reconnect hanging on a
@@ -298,7 +299,7 @@ class VolumeImpl : public FailoverEnv {
 }  // namespace nvmeof::detail
 
 namespace nvmeof {
-struct Volume::Impl : detail::VolumeImpl {
+struct NVMEOF_LOCAL Volume::Impl : detail::VolumeImpl {
   using detail::VolumeImpl::VolumeImpl;
 };
 }  // namespace nvmeof

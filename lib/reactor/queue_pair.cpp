@@ -1,4 +1,4 @@
-#include "nvmeof/queue_pair.hpp"
+#include "reactor/queue_pair.hpp"
 
 namespace nvmeof {
 

@@ -1,4 +1,4 @@
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 
 #include <sys/eventfd.h>
 #include <time.h>

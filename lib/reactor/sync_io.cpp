@@ -1,4 +1,4 @@
-#include "nvmeof/sync_io.hpp"
+#include "reactor/sync_io.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -9,7 +9,7 @@
 
 namespace nvmeof {
 
-struct Target::Impl {
+struct NVMEOF_LOCAL Target::Impl {
   target::TargetCore core;
   std::mutex stop_mu;  // serializes stop() from several threads
   bool stopped = false;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "block_stamp.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::test {

@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "../common/block_stamp.hpp"
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/sync_io.hpp"
+#include "reactor/sync_io.hpp"
 #include "nvmeof/target.hpp"
 #include "transport/tcp/queue_pair.hpp"
 
@@ -154,7 +155,7 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
   for (Digest d : digests) {
     INFO("digest " << static_cast<int>(d));
     auto ctrl = env.connect(d);
-    auto qp = ctrl->create_io_queue(*env.reactor, 32);
+    auto qp = create_io_queue(*ctrl, *env.reactor, 32);
     REQUIRE(qp);
     CHECK((*qp)->max_transfer() == 128u * 1024);
     // Receives go into the staging buffer registered with the reactor's ring (READ_FIXED).
@@ -206,7 +207,7 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
 TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every block intact") {
   Env env;
   auto ctrl = env.connect(Digest::both);
-  auto qpr = ctrl->create_io_queue(*env.reactor, 256);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 256);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;
   constexpr uint32_t kQd = 128;
@@ -256,7 +257,7 @@ TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every blo
 TEST_CASE("QD1024, the deepest queue allowed, keeps every block intact") {
   Env env;
   auto ctrl = env.connect();
-  auto qpr = ctrl->create_io_queue(*env.reactor, tcp::kMaxQueueDepth);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, tcp::kMaxQueueDepth);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;
   constexpr uint32_t kQd = tcp::kMaxQueueDepth;
@@ -391,7 +392,7 @@ TEST_CASE("reset: outstanding I/O completes with a host path error") {
   auto ctrl = env.connect();
   std::atomic<int> admin_failures{0};
   ctrl->on_failure([&](std::error_code) { ++admin_failures; });
-  auto qpr = ctrl->create_io_queue(*env.reactor, 64);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 64);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;
   env.target->set_latency(0, 300ms);
@@ -434,7 +435,7 @@ TEST_CASE("blackhole: commands do not complete, the pair stays live, close() com
   auto c = Controller::connect(*env.cp, env.addr, o);
   REQUIRE(c);
   auto ctrl = *c;
-  auto qpr = ctrl->create_io_queue(*env.reactor, 32);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 32);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;
   env.target->inject(0, FaultKind::blackhole);
@@ -468,7 +469,7 @@ TEST_CASE("blackhole: commands do not complete, the pair stays live, close() com
 TEST_CASE("a QP destroyed with commands outstanding completes them first") {
   Env env;
   auto ctrl = env.connect();
-  auto qpr = ctrl->create_io_queue(*env.reactor, 32);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 32);
   REQUIRE(qpr);
   env.target->set_latency(0, 200ms);
   std::vector<uint8_t> buf(4096);
@@ -489,7 +490,7 @@ TEST_CASE("a QP destroyed with commands outstanding completes them first") {
 TEST_CASE("a small MAXH2CDATA splits every R2T into many H2CData PDUs across send batches") {
   Env env([](TargetOptions& to) { to.maxh2cdata = 4096; });
   auto ctrl = env.connect(Digest::both);
-  auto qpr = ctrl->create_io_queue(*env.reactor, 64);
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 64);
   REQUIRE(qpr);
   QueuePair& qp = **qpr;
   constexpr uint32_t kCmds = 12, kNlb = 32;  // 12 x 128 KiB = 384 H2CData PDUs in flight

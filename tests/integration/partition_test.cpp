@@ -20,7 +20,7 @@
 
 #include "../common/netns.hpp"
 #include "../common/verified_workload.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 
 using namespace nvmeof;
 using namespace std::chrono_literals;

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "transport/tcp/pdu.hpp"
 #include "transport/tcp/queue_pair.hpp"
 

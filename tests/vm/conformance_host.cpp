@@ -25,8 +25,9 @@
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
 #include "testbed_env.hpp"
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/sync_io.hpp"
+#include "reactor/sync_io.hpp"
 #include "nvmeof/volume.hpp"
 
 using namespace nvmeof;
@@ -118,7 +119,7 @@ TEST_CASE("identify controller and namespace through both nvmet ports", "[identi
     CHECK(i.anacap != 0);
     CHECK(i.nanagrpid >= 1);
     // nvmet-tcp reports MDTS 0 (no limit); the queue pair then takes its own 1 MiB limit.
-    auto qp = ctrl->create_io_queue(*host.reactor, 8);
+    auto qp = create_io_queue(*ctrl, *host.reactor, 8);
     REQUIRE(qp);
     CHECK((*qp)->max_transfer() > 0);
     if (i.mdts != 0) CHECK((*qp)->max_transfer() <= i.max_transfer);
@@ -158,7 +159,7 @@ TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[i
     const Digest d = digests[di];
     INFO("digest " << digest_name(d));
     auto ctrl = host.connect(1, d);
-    auto qpr = ctrl->create_io_queue(*host.reactor, 256);
+    auto qpr = create_io_queue(*ctrl, *host.reactor, 256);
     REQUIRE(qpr);
     QueuePair& qp = **qpr;
     const uint32_t bs = 4096;

@@ -45,7 +45,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/volume.hpp"
 #include "testbed_env.hpp"
 

@@ -26,8 +26,9 @@
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
 #include "testbed_env.hpp"
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/sync_io.hpp"
+#include "reactor/sync_io.hpp"
 #include "nvmeof/volume.hpp"
 
 using namespace nvmeof;
@@ -113,7 +114,7 @@ TEST_CASE("connect over RDMA, identify, keep-alive across KATO periods", "[conne
   REQUIRE(ns);
   CHECK(ns->block_size == 4096);
   CHECK(ns->size_blocks * ns->block_size == 64ull << 20);
-  auto qp = ctrl->create_io_queue(*host.reactor, 8);
+  auto qp = create_io_queue(*ctrl, *host.reactor, 8);
   INFO("create_io_queue: " << (qp ? "ok" : qp.error().message()));
   REQUIRE(qp);
   CHECK((*qp)->max_transfer() > 0);
@@ -130,7 +131,7 @@ TEST_CASE("connect over RDMA, identify, keep-alive across KATO periods", "[conne
 TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split", "[io]") {
   Host host;
   auto ctrl = host.connect();
-  auto qpr = ctrl->create_io_queue(*host.reactor, 128);
+  auto qpr = create_io_queue(*ctrl, *host.reactor, 128);
   INFO("create_io_queue: " << (qpr ? "ok" : qpr.error().message()));
   REQUIRE(qpr);
   QueuePair& qp = **qpr;

@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 
 using namespace nvmeof;
 
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   // SQSIZE is 0's based and must be at least 1: a queue of 2 with 1 in flight for QD 1.
-  auto qp = (*ctrl)->create_io_queue(**reactor, std::max<uint32_t>(qd, 2));
+  auto qp = create_io_queue(**ctrl, **reactor, std::max<uint32_t>(qd, 2));
   if (!qp) {
     std::fprintf(stderr, "rdma_perf: io queue: %s\n", qp.error().message().c_str());
     return 1;

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "nvmeof/command.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "transport/uring/admin.hpp"
 #include "transport/uring/queue_pair.hpp"
 

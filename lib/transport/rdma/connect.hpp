@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/status.hpp"
 
 namespace nvmeof::rdma {

@@ -38,8 +38,8 @@
 #include <string>
 
 #include "core/node_memory.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 #include "transport/rdma/buddy_pool.hpp"
 #include "transport/rdma/connect.hpp"
 

@@ -24,8 +24,8 @@
 
 #include "core/node_memory.hpp"
 #include "nvmeof/controller.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 #include "transport/tcp/pdu.hpp"
 
 namespace nvmeof::tcp {

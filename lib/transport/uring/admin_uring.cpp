@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "nvmeof/reactor.hpp"  // liburing
+#include "reactor/reactor.hpp"  // liburing
 #include "transport/uring/admin.hpp"
 #include "transport/uring/passthru_cmd.hpp"
 

@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 
 namespace nvmeof::uring {
 

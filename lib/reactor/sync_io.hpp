@@ -10,8 +10,8 @@
 #include <span>
 
 #include "nvmeof/command.hpp"
-#include "nvmeof/queue_pair.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
 #include "nvmeof/status.hpp"
 
 namespace nvmeof {

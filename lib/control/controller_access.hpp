@@ -1,0 +1,42 @@
+// The internal side of the public Controller and ControlPlane (nvmeof/controller.hpp): I/O queue
+// pairs on a controller, and the control plane's io_context. For the multipath layer, tools and
+// tests; not installed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "nvmeof/controller.hpp"
+#include "reactor/queue_pair.hpp"
+#include "reactor/reactor.hpp"
+
+namespace nvmeof {
+
+/// An I/O queue pair connected but not started: start() it on its reactor's thread.
+struct PreparedIoQueue {
+  std::unique_ptr<QueuePair> qp;
+  std::function<void()> start;
+};
+
+/// Creates and connects one I/O queue pair of `ctrl` driven by `reactor` (set-up runs on the
+/// calling thread, which should be that reactor's thread, and start() happens there). `depth` 0
+/// means options().io_queue_depth. The pair's max_transfer() is MDTS (1 MiB when the
+/// controller sets none). Its queue id returns to the pool when the pair is destroyed.
+/// Errors: not_connected (admin queue down), queue_full (every granted queue id in use),
+/// and those of the TCP set-up (connection_refused, timeout, an NVMe status, ...).
+Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,
+                                                   uint32_t depth = 0);
+
+/// The blocking half of create_io_queue() on any thread (not the reactor's, which it would
+/// stall for a whole connect): the pair's memory goes on `memory_node` (-1: the calling
+/// thread's). Errors: those of create_io_queue().
+Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
+                                         int memory_node);
+
+struct ControllerAccess {
+  static ControlPlane::Impl& impl(ControlPlane& cp) noexcept { return *cp.impl_; }
+  static Controller::Impl& impl(Controller& c) noexcept { return *c.impl_; }
+};
+
+}  // namespace nvmeof
