@@ -82,10 +82,16 @@ typedef struct nvmeof_volume_options {
   uint32_t reactors;            /* data-plane threads, default 1 */
   uint32_t selector;            /* enum nvmeof_selector */
   uint32_t no_path_timeout_ms;  /* how long an I/O waits for a usable path, default 30000 */
-  uint32_t kato_ms;             /* keep-alive timeout; 0: the controller's shortest */
+  uint32_t kato_ms;             /* keep-alive timeout, default 5000, 0 none; NVMEOF_KATO_SHORTEST: the
+                                   controller's shortest (fastest fencing of a silent path, but
+                                   a loaded host may miss a 100 ms keep-alive) */
+  uint32_t io_deadline_ms;      /* per-command deadline before a path is failed; 0: derived from
+                                   the path's latency (at most 25 ms) */
   nvmeof_completion_cb completion_cb; /* NULL: completion-queue mode */
   void* completion_ctx;
 } nvmeof_volume_options;
+
+#define NVMEOF_KATO_SHORTEST 0xffffffffu
 
 NVMEOF_API void nvmeof_volume_options_init(nvmeof_volume_options* opts);
 

@@ -176,7 +176,9 @@ bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
     default: return false;
   }
   vo.no_path_timeout = std::chrono::milliseconds(o->no_path_timeout_ms);
-  vo.connect.kato_ms = o->kato_ms == 0 ? kKatoShortest : o->kato_ms;
+  static_assert(NVMEOF_KATO_SHORTEST == kKatoShortest);
+  vo.connect.kato_ms = o->kato_ms;
+  vo.io_deadline = std::chrono::milliseconds(o->io_deadline_ms);
   vo.connect.io_queue_depth = std::min<uint32_t>(std::max<uint32_t>(o->queue_depth, 32), 1024);
   return true;
 }
@@ -294,6 +296,7 @@ void nvmeof_volume_options_init(nvmeof_volume_options* o) {
   o->reactors = 1;
   o->selector = NVMEOF_SELECTOR_SERVICE_TIME;
   o->no_path_timeout_ms = 30000;
+  o->kato_ms = 5000;
 }
 
 int nvmeof_volume_open(const char* const* paths, size_t npaths, const nvmeof_volume_options* o,

@@ -141,12 +141,16 @@ _OP_NAMES = {_core.OP_READ: "read", _core.OP_WRITE: "write", _core.OP_FLUSH: "fl
 class Volume:
     """One namespace over one or more paths (`"addr:port"`, `"tcp://[::1]:4420"`).
 
-    Volume(paths, nqn=..., nsid=1, queue_depth=256, reactors=1, no_path_timeout=30.0)
+    Volume(paths, nqn=..., nsid=1, queue_depth=256, reactors=1, no_path_timeout=30.0,
+           keep_alive_timeout=5.0, io_deadline=0.0)
+    io_deadline: seconds a command may take before its path is failed (0: derived from the
+    path's latency, at most 25 ms; raise it on a heavily loaded host).
     Volume(discovery="addr:port", nqn=...)   every path a discovery controller lists
     """
 
     def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
                  queue_depth: int = 256, reactors: int = 1, no_path_timeout: float = 30.0,
+                 keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
                  discovery: Optional[str] = None):
         if isinstance(paths, str):
             paths = [paths]
@@ -160,7 +164,8 @@ class Volume:
         self._pid = os.getpid()
         self._v = None
         self._v = _core.Volume(paths, nqn, nsid, queue_depth, reactors,
-                               int(no_path_timeout * 1000), discovery or "")
+                               int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
+                               int(io_deadline * 1000), discovery or "")
         self.block_size: int = self._v.block_size
         self.size: int = self._v.size
         self.queue_depth: int = queue_depth

@@ -53,7 +53,7 @@ class PyVolume {
  public:
   PyVolume(const std::vector<std::string>& paths, const std::string& nqn, uint32_t nsid,
            uint32_t queue_depth, uint32_t reactors, uint32_t no_path_timeout_ms,
-           const std::string& discovery) {
+           uint32_t kato_ms, uint32_t io_deadline_ms, const std::string& discovery) {
     nvmeof_volume_options o;
     nvmeof_volume_options_init(&o);
     o.subnqn = nqn.c_str();
@@ -61,6 +61,8 @@ class PyVolume {
     o.queue_depth = queue_depth;
     o.reactors = reactors;
     o.no_path_timeout_ms = no_path_timeout_ms;
+    o.kato_ms = kato_ms;
+    o.io_deadline_ms = io_deadline_ms;
     std::vector<const char*> p;
     for (const auto& s : paths) p.push_back(s.c_str());
     int rc;
@@ -260,7 +262,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyVolume>(m, "Volume")
       .def(py::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t,
-                    uint32_t, uint32_t, const std::string&>())
+                    uint32_t, uint32_t, uint32_t, uint32_t, const std::string&>())
       .def("close", &PyVolume::close)
       .def_property_readonly("block_size", &PyVolume::block_size)
       .def_property_readonly("size", &PyVolume::size)

@@ -46,6 +46,7 @@ static void test_queue_mode(const char* addr, const char* nqn) {
   nvmeof_volume_options_init(&o);
   o.subnqn = nqn;
   o.queue_depth = 16; /* fewer slots than I/Os: -EAGAIN must appear and be survivable */
+  o.io_deadline_ms = 2000; /* a loaded test machine is not a failing path */
   nvmeof_volume* vol = NULL;
   const char* paths[] = {addr};
   REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
@@ -78,7 +79,7 @@ static void test_queue_mode(const char* addr, const char* nqn) {
         ++submitted;
       }
       struct pollfd pfd = {efd, POLLIN, 0};
-      REQUIRE(poll(&pfd, 1, 10000) == 1); /* a completion must make the eventfd readable */
+      REQUIRE(poll(&pfd, 1, 30000) == 1); /* a completion must make the eventfd readable */
       nvmeof_event ev[8];
       int n;
       while ((n = nvmeof_volume_reap(vol, ev, 8)) > 0) {
@@ -113,7 +114,7 @@ static void test_queue_mode(const char* addr, const char* nqn) {
   int got = 0;
   while (got < 3) {
     struct pollfd p2 = {efd, POLLIN, 0};
-    REQUIRE(poll(&p2, 1, 10000) == 1);
+    REQUIRE(poll(&p2, 1, 30000) == 1);
     nvmeof_event ev[4];
     int n = nvmeof_volume_reap(vol, ev, 4);
     REQUIRE(n >= 0);
@@ -185,6 +186,7 @@ static void test_callback_mode(const char* addr, const char* nqn) {
   nvmeof_volume_options o;
   nvmeof_volume_options_init(&o);
   o.subnqn = nqn;
+  o.io_deadline_ms = 2000;
   o.completion_cb = on_complete;
   o.completion_ctx = &s;
   nvmeof_volume* vol = NULL;

@@ -14,5 +14,5 @@ def target():
 
 @pytest.fixture
 def vol(target):
-    with nvmeof.Volume(target.addresses, nqn=target.nqn, no_path_timeout=10.0) as v:
+    with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, no_path_timeout=10.0) as v:
         yield v

@@ -99,7 +99,7 @@ def test_bad_open(target, caplog):
 
 
 def test_closed_volume(target):
-    v = nvmeof.Volume(target.addresses, nqn=target.nqn)
+    v = nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0)
     v.close()
     v.close()
     assert v.closed
@@ -113,7 +113,7 @@ def test_closed_volume(target):
 
 def test_futures_and_polling_loop(target):
     # Fewer slots than I/Os: submission waits for completions (no -EAGAIN leaks out).
-    with nvmeof.Volume(target.addresses, nqn=target.nqn, queue_depth=8) as v:
+    with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, queue_depth=8) as v:
         n = 100
         futs = [v.submit_write(pattern(BS, i), (100 + i) * BS) for i in range(n)]
         while not all(f.done() for f in futs):
@@ -222,7 +222,7 @@ def test_fork(vol, target):
                 except OSError as e:
                     msg = b"ok" if e.errno == errno.ECHILD else b"C layer: wrong errno"
             if msg == b"ok":
-                with nvmeof.Volume(target.addresses, nqn=target.nqn) as mine:
+                with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0) as mine:
                     b = bytearray(BS)
                     mine.pread(b, 2000 * BS)
                     msg = b"ok" if b == pattern(BS, 5000) else b"child read wrong data"
