@@ -172,7 +172,7 @@ class Volume:
         self._efd = self._v.event_fd
         self._pending = {}          # cookie -> (future, buffer view kept alive)
         self._next_cookie = 1
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a done callback may submit more I/O
         self._loops = set()         # asyncio loops with a reader on the eventfd
 
     # -- lifetime -------------------------------------------------------------------------------
