@@ -19,6 +19,7 @@
 #include "core/node_memory.hpp"
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof {
 namespace {
@@ -410,7 +411,7 @@ void Controller::Impl::send_keep_alive() {
     ka_outstanding = false;
     ka_deadline.cancel();
     if (failed || c.status().is_success()) return;
-    std::fprintf(stderr, "nvmeof: %s: keep-alive failed: %s\n", label.c_str(),
+    nvmeof::detail::log_warning("nvmeof: %s: keep-alive failed: %s\n", label.c_str(),
                  to_string(c.status()).c_str());
     fail(make_error_code(c.status()));
     if (admin_qp) admin_qp->close();
@@ -420,7 +421,7 @@ void Controller::Impl::send_keep_alive() {
     if (ec) return;
     auto self = w.lock();
     if (!self || self->failed || !self->ka_outstanding) return;
-    std::fprintf(stderr, "nvmeof: %s: no keep-alive answer within %u ms\n", self->label.c_str(),
+    nvmeof::detail::log_warning("nvmeof: %s: no keep-alive answer within %u ms\n", self->label.c_str(),
                  self->kato);
     self->fail(make_error_code(Errc::keep_alive_timeout));
     if (self->admin_qp) self->admin_qp->close();
@@ -514,7 +515,7 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
     impl->live.store(true);
   });
   auto give_up = [&](std::error_code ec, const std::string& why) -> std::error_code {
-    if (!why.empty()) std::fprintf(stderr, "nvmeof: %s: %s\n", impl->label.c_str(), why.c_str());
+    if (!why.empty()) nvmeof::detail::log_warning("nvmeof: %s: %s\n", impl->label.c_str(), why.c_str());
     cp.call([&] { impl->shutdown(); });
     return ec;
   };

@@ -1,4 +1,5 @@
 #include "control/kernel_connect.hpp"
+#include "core/log.hpp"
 
 #include <fcntl.h>
 #include <libnvme.h>
@@ -112,7 +113,7 @@ Result<KernelController> kernel_connect(const TransportAddress& addr, const Kern
   cfg.data_digest = o.digest == Digest::data || o.digest == Digest::both;
   if (nvmf_add_ctrl(host, c, &cfg) != 0) {
     const int err = errno;
-    std::fprintf(stderr, "nvmeof: kernel connect to %s (%s): %s\n", addr.to_string().c_str(),
+    nvmeof::detail::log_warning("nvmeof: kernel connect to %s (%s): %s\n", addr.to_string().c_str(),
                  o.subnqn.c_str(), nvme_errno_to_string(err));
     nvme_free_ctrl(c);
     return connect_error(err);
@@ -129,7 +130,7 @@ Result<KernelController> kernel_connect(const TransportAddress& addr, const Kern
   // default ("off") for a fast_io_fail_tmo of 0: set it through the controller's attribute.
   if (o.fast_io_fail_tmo_s == 0) {
     if (auto w = write_attr(o.sysfs_root + "/class/nvme/" + name + "/fast_io_fail_tmo", "0"); !w) {
-      std::fprintf(stderr, "nvmeof: %s: setting fast_io_fail_tmo=0: %s\n", name.c_str(),
+      nvmeof::detail::log_warning("nvmeof: %s: setting fast_io_fail_tmo=0: %s\n", name.c_str(),
                    w.error().message().c_str());
       return w.error();
     }

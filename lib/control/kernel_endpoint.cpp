@@ -9,6 +9,7 @@
 #include "control/kernel_paths.hpp"
 #include "transport/uring/admin.hpp"
 #include "transport/uring/queue_pair.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::detail {
 namespace {
@@ -66,7 +67,7 @@ class KernelEndpoint final : public PathEndpoint {
   // reconnecting there is nothing left to tear down.
   void fence() override {
     if (auto r = kernel_reset(ctrl_.name); !r && r.error() != errno_code(EBUSY))
-      std::fprintf(stderr, "nvmeof: reset of %s: %s\n", ctrl_.name.c_str(), r.error().message().c_str());
+      nvmeof::detail::log_warning("nvmeof: reset of %s: %s\n", ctrl_.name.c_str(), r.error().message().c_str());
   }
   void close() override {}
 

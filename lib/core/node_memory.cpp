@@ -1,4 +1,5 @@
 #include "core/node_memory.hpp"
+#include "core/log.hpp"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -33,7 +34,7 @@ bool bind_to(void* p, size_t len, int node) noexcept {
   // maxnode counts bits, and the kernel ignores the last one it is told about: hence + 1.
   if (syscall(SYS_mbind, p, len, kMpolPreferred, mask, kMaskBits + 1, 0) == 0) return true;
   if (!logged_mbind.exchange(true))
-    std::fprintf(stderr, "nvmeof: mbind refused (%s): node-local memory by first touch only\n",
+    nvmeof::detail::log_warning("nvmeof: mbind refused (%s): node-local memory by first touch only\n",
                  std::strerror(errno));
   return false;
 }
@@ -53,7 +54,7 @@ NodeBuffer::NodeBuffer(size_t bytes, int node) : bytes_(bytes) {
       mapped_ = len;
       huge_ = true;
     } else if (!logged_huge.exchange(true)) {
-      std::fprintf(stderr, "nvmeof: no huge pages (%s): data-plane buffers use normal pages\n",
+      nvmeof::detail::log_warning("nvmeof: no huge pages (%s): data-plane buffers use normal pages\n",
                    std::strerror(errno));
     }
   }

@@ -9,6 +9,7 @@
 #include <future>
 
 #include "multipath/volume_impl.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof {
 namespace detail {
@@ -123,7 +124,7 @@ Result<void> VolumeImpl::open() {
     if (!r) {
       if (r.error() == make_error_code(Errc::namespace_mismatch)) return r.error();
       if (!first_error) first_error = r.error();
-      std::fprintf(stderr, "nvmeof: path %s: %s (will retry)\n", sp->addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: %s (will retry)\n", sp->addr.to_string().c_str(),
                    r.error().message().c_str());
       continue;
     }
@@ -145,7 +146,7 @@ Result<void> VolumeImpl::open() {
   for (auto& sp : paths_) {
     if (sp->state.load() != PathState::live) continue;
     if (auto r = attach_all(sp->index, 0, kAttachTimeout); !r)
-      std::fprintf(stderr, "nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
                    r.error().message().c_str());
   }
 
@@ -171,7 +172,7 @@ Result<void> VolumeImpl::attach_all(int path, uint32_t generation, std::chrono::
     Lane* lane = l.get();
     auto q = sp.ctrl->prepare_io_queue(lane->reactor(), opts_.connect.io_queue_depth, lane->node());
     if (!q) {
-      std::fprintf(stderr, "nvmeof: path %s: I/O queue for reactor: %s\n", sp.addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: I/O queue for reactor: %s\n", sp.addr.to_string().c_str(),
                    q.error().message().c_str());
       if (result) result = q.error();
       continue;
@@ -275,7 +276,7 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
     // The lanes stop choosing the path the moment the state says failed.
     if (!machine_->on_failure(path, generation, loss, detect_ns)) return;
     s.failovers.fetch_add(1);
-    std::fprintf(stderr, "nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
+    nvmeof::detail::log_warning("nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
   });
 }
 
@@ -333,11 +334,11 @@ void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
     auto r = vctrl->cross_controller_reset(impacted, timeout);
     const double ms = static_cast<double>(Reactor::clock_ns() - t0) / 1e6;
     if (r)
-      std::fprintf(stderr, "nvmeof: path %s: controller %u reset through path %s in %.1f ms\n",
+      nvmeof::detail::log_warning("nvmeof: path %s: controller %u reset through path %s in %.1f ms\n",
                    paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(), impacted.cntlid,
                    paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), ms);
     else
-      std::fprintf(stderr, "nvmeof: path %s: cross-controller reset through path %s: %s\n",
+      nvmeof::detail::log_warning("nvmeof: path %s: cross-controller reset through path %s: %s\n",
                    paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(),
                    paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), r.error().message().c_str());
     boost::asio::post(ctx_, [this, failed, via, generation, ok = r.has_value()] {
@@ -389,7 +390,7 @@ void VolumeImpl::publish_live(int path, uint32_t generation) {
     }
     sp.event.store(-1);
   }
-  std::fprintf(stderr, "nvmeof: path %s reconnected (%s)\n", sp.addr.to_string().c_str(), to_string(sp.ana.load()));
+  nvmeof::detail::log_info("nvmeof: path %s reconnected (%s)\n", sp.addr.to_string().c_str(), to_string(sp.ana.load()));
   watch_controller(path);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "multipath/volume_impl.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::detail {
 namespace {
@@ -30,7 +31,7 @@ void VolumeImpl::plan_placement() {
   if (topo) {
     topology_ = std::move(*topo);
   } else {
-    std::fprintf(stderr, "nvmeof: no NUMA topology under %s (%s): one node assumed\n",
+    nvmeof::detail::log_warning("nvmeof: no NUMA topology under %s (%s): one node assumed\n",
                  opts_.sysfs_root.c_str(), topo.error().message().c_str());
     topology_ = Topology::single_node(allowed_cpus());
   }
@@ -79,7 +80,7 @@ void Lane::place_thread() noexcept {
     CPU_ZERO(&set);
     CPU_SET(r.cpu, &set);
     if (sched_setaffinity(0, sizeof set, &set) != 0)
-      std::fprintf(stderr, "nvmeof: reactor %d: cannot pin to cpu %d (%s): runs unpinned\n", index_,
+      nvmeof::detail::log_warning("nvmeof: reactor %d: cannot pin to cpu %d (%s): runs unpinned\n", index_,
                    r.cpu, std::strerror(errno));
   }
   const int mem_node = vol_.placement_.memory_node >= 0 ? vol_.placement_.memory_node : r.node;

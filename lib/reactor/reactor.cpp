@@ -1,4 +1,5 @@
 #include "reactor/reactor.hpp"
+#include "core/log.hpp"
 
 #include <sys/eventfd.h>
 #include <time.h>
@@ -201,7 +202,7 @@ struct Reactor::Impl {
     const int r = io_uring_submit(&ring);
     // EBUSY/EAGAIN: the CQ is backed up; the SQEs stay queued and go out after the next reap.
     if (r < 0 && r != -EBUSY && r != -EAGAIN && r != -EINTR)
-      std::fprintf(stderr, "nvmeof: reactor: io_uring_submit failed: %d\n", r);
+      nvmeof::detail::log_warning("nvmeof: reactor: io_uring_submit failed: %d\n", r);
   }
 };
 
@@ -236,7 +237,7 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& opts) {
   if (err < 0) return errno_code(-err);
   im.ring_ok = true;
   if (!(im.features & IORING_FEAT_NODROP))
-    std::fprintf(stderr, "nvmeof: reactor: kernel lacks IORING_FEAT_NODROP; completions can be "
+    nvmeof::detail::log_warning("nvmeof: reactor: kernel lacks IORING_FEAT_NODROP; completions can be "
                          "lost under CQ overflow\n");
 
   const unsigned cap = round_up_pow2(opts.post_capacity);

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "transport/rdma/queue_pair.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::rdma {
 namespace {
@@ -50,7 +51,7 @@ const char* reject_status_text(uint16_t sts) {
 }
 
 std::error_code logged(const std::string& label, std::error_code ec, const std::string& why) {
-  std::fprintf(stderr, "nvmeof: %s: %s\n", label.c_str(), why.c_str());
+  nvmeof::detail::log_warning("nvmeof: %s: %s\n", label.c_str(), why.c_str());
   return ec;
 }
 

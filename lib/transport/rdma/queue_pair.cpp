@@ -1,4 +1,5 @@
 #include "transport/rdma/queue_pair.hpp"
+#include "core/log.hpp"
 
 #include <nvme/types.h>
 #include <poll.h>
@@ -101,7 +102,7 @@ void start(nvmeof::QueuePair& qp) noexcept { static_cast<QueuePair&>(qp).start()
 Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
   const std::string label = detail::make_label(cfg);
   if (cfg.depth < 1 || cfg.depth > kMaxQueueDepth || cfg.subnqn.empty()) {
-    std::fprintf(stderr, "nvmeof: %s: invalid queue depth %u or empty subsystem NQN\n", label.c_str(), cfg.depth);
+    nvmeof::detail::log_warning("nvmeof: %s: invalid queue depth %u or empty subsystem NQN\n", label.c_str(), cfg.depth);
     return Errc::invalid_argument;
   }
   const auto deadline = detail::Clock::now() + cfg.connect_timeout;
@@ -117,7 +118,7 @@ Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
   // Responses may arrive as soon as the connection is up: every RECV is posted before.
   for (uint32_t i = 0; i < l.depth; ++i) {
     if (!qp->post_recv(i)) {
-      std::fprintf(stderr, "nvmeof: %s: ibv_post_recv failed\n", label.c_str());
+      nvmeof::detail::log_warning("nvmeof: %s: ibv_post_recv failed\n", label.c_str());
       return give_up(errno_code(EIO));
     }
   }
@@ -214,7 +215,7 @@ void QueuePair::teardown() noexcept {
     }
   }
   if (!drained())
-    std::fprintf(stderr, "nvmeof: %s: %u sends and %u receives not flushed within 2 s; destroying the QP\n",
+    nvmeof::detail::log_warning("nvmeof: %s: %u sends and %u receives not flushed within 2 s; destroying the QP\n",
                  label_.c_str(), posted_sends_, posted_recvs_);
   torn_down_ = true;
   res_->destroy_qp();
@@ -427,7 +428,7 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   state_ = QpState::failed;
   error_ = why;
   if (why != std::errc::operation_canceled)
-    std::fprintf(stderr, "nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail, why.message().c_str());
+    nvmeof::detail::log_warning("nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail, why.message().c_str());
   pend_head_ = pend_tail_ = nullptr;  // never posted: they complete at the drain
   if (res_->id && res_->id->qp) {
     // The error state makes the device flush every posted request and refuse the target's
@@ -533,7 +534,7 @@ Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) 
     dd->done = true;
   };
   if (const int rc = queue_command(req); rc != 0) {
-    std::fprintf(stderr, "nvmeof: %s: cannot queue Connect: %s\n", label_.c_str(), std::strerror(-rc));
+    nvmeof::detail::log_warning("nvmeof: %s: cannot queue Connect: %s\n", label_.c_str(), std::strerror(-rc));
     return errno_code(-rc);
   }
   post_sends();
@@ -541,17 +542,17 @@ Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) 
     if (reap() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (!d.done) {
-    std::fprintf(stderr, "nvmeof: %s: timed out waiting for the Connect response\n", label_.c_str());
+    nvmeof::detail::log_warning("nvmeof: %s: timed out waiting for the Connect response\n", label_.c_str());
     teardown();  // completes `req` while it is still alive
     return Errc::timeout;
   }
   const NvmeStatus st = d.cqe.status();
   if (st == status::kHostPathError && state_ != QpState::connecting) {
-    std::fprintf(stderr, "nvmeof: %s: connection failed during Connect\n", label_.c_str());
+    nvmeof::detail::log_warning("nvmeof: %s: connection failed during Connect\n", label_.c_str());
     return error_ ? error_ : make_error_code(Errc::connection_reset);
   }
   if (!st.is_success()) {
-    std::fprintf(stderr, "nvmeof: %s: Connect rejected: %s\n", label_.c_str(), to_string(st).c_str());
+    nvmeof::detail::log_warning("nvmeof: %s: Connect rejected: %s\n", label_.c_str(), to_string(st).c_str());
     teardown();
     return make_error_code(st);
   }

@@ -2,11 +2,12 @@
 #include <cstdio>
 
 #include "transport/rdma/connect.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::rdma {
 
 Result<Connected> connect(Reactor&, const QpConfig& cfg) {
-  std::fprintf(stderr, "nvmeof: rdma %s:%s: built without rdma-core (libibverbs, librdmacm)\n",
+  nvmeof::detail::log_warning("nvmeof: rdma %s:%s: built without rdma-core (libibverbs, librdmacm)\n",
                cfg.traddr.c_str(), cfg.trsvcid.c_str());
   return Errc::unsupported;
 }

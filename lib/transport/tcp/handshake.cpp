@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/crc32c.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::tcp::detail {
 namespace {
@@ -42,7 +43,7 @@ class Fd {
 
 // Everything a failed set-up reports goes through here: one line, then the code.
 std::error_code logged(const std::string& label, std::error_code ec, const std::string& why) {
-  std::fprintf(stderr, "nvmeof: %s: %s\n", label.c_str(), why.c_str());
+  nvmeof::detail::log_warning("nvmeof: %s: %s\n", label.c_str(), why.c_str());
   return ec;
 }
 

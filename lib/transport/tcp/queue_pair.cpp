@@ -11,6 +11,7 @@
 
 #include "core/crc32c.hpp"
 #include "transport/tcp/handshake.hpp"
+#include "core/log.hpp"
 
 namespace nvmeof::tcp {
 namespace {
@@ -116,7 +117,7 @@ struct QueuePair::RecvSink {
 Result<std::unique_ptr<QueuePair>> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
   const std::string label = detail::make_label(cfg);
   if (cfg.depth == 0 || cfg.depth > kMaxQueueDepth || cfg.recv_buffer < 4096) {
-    std::fprintf(stderr, "nvmeof: %s: invalid queue depth %u or receive buffer\n", label.c_str(),
+    nvmeof::detail::log_warning("nvmeof: %s: invalid queue depth %u or receive buffer\n", label.c_str(),
                  cfg.depth);
     return Errc::invalid_argument;
   }
@@ -176,7 +177,7 @@ QueuePair::~QueuePair() {
   while (core_->inflight > 0 && Reactor::clock_ns() < deadline)
     reactor_.poll(std::chrono::milliseconds(1));
   if (core_->inflight > 0) {
-    std::fprintf(stderr, "nvmeof: %s: %d socket operations still in flight at destruction\n",
+    nvmeof::detail::log_warning("nvmeof: %s: %d socket operations still in flight at destruction\n",
                  label_.c_str(), core_->inflight);
     core_->qp = nullptr;  // the core frees itself and closes the socket when they complete
     finish_teardown();
@@ -608,7 +609,7 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   state_ = QpState::failed;
   error_ = why;
   if (detail)
-    std::fprintf(stderr, "nvmeof: %s: %s: %s\n", label_.c_str(), why.message().c_str(), detail);
+    nvmeof::detail::log_warning("nvmeof: %s: %s: %s\n", label_.c_str(), why.message().c_str(), detail);
   IoCore& c = *core_;
   // Wakes any pending receive (returns 0) and send (EPIPE); the cancellations cover a kernel
   // that has not yet picked the operations up. The descriptor itself is closed only once

@@ -1,5 +1,6 @@
 #include "transport/uring/queue_pair.hpp"
 #include "transport/uring/passthru_cmd.hpp"
+#include "core/log.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -157,7 +158,7 @@ struct QueuePair::Core {
 Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpConfig& cfg) {
   const std::string label = "uring " + cfg.device;
   if (cfg.device.empty() || cfg.depth == 0 || cfg.depth > kMaxQueueDepth) {
-    std::fprintf(stderr, "nvmeof: %s: invalid device or queue depth %u\n", label.c_str(),
+    nvmeof::detail::log_warning("nvmeof: %s: invalid device or queue depth %u\n", label.c_str(),
                  cfg.depth);
     return Errc::invalid_argument;
   }
@@ -167,13 +168,13 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
   core->fd = ::open(cfg.device.c_str(), O_RDWR | O_CLOEXEC);
   if (core->fd < 0) {
     const int e = errno;
-    std::fprintf(stderr, "nvmeof: %s: open: %s\n", label.c_str(), std::strerror(e));
+    nvmeof::detail::log_warning("nvmeof: %s: open: %s\n", label.c_str(), std::strerror(e));
     return errno_code(e);
   }
   const int id = ::ioctl(core->fd, NVME_IOCTL_ID);
   if (id < 0) {
     const int e = errno;
-    std::fprintf(stderr, "nvmeof: %s: NVME_IOCTL_ID: %s\n", label.c_str(), std::strerror(e));
+    nvmeof::detail::log_warning("nvmeof: %s: NVME_IOCTL_ID: %s\n", label.c_str(), std::strerror(e));
     return errno_code(e);
   }
 
@@ -183,7 +184,7 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
     // One ring per reactor: the device joins the reactor's file table.
     auto f = reactor.register_file(core->fd);
     if (!f) {
-      std::fprintf(stderr, "nvmeof: %s: register file: %s\n", label.c_str(), f.error().message().c_str());
+      nvmeof::detail::log_warning("nvmeof: %s: register file: %s\n", label.c_str(), f.error().message().c_str());
       return f.error();
     }
     core->shared = true;
@@ -191,7 +192,7 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
     for (const iovec& b : cfg.buffers) {
       auto id = reactor.register_buffer(b);
       if (!id) {
-        std::fprintf(stderr, "nvmeof: %s: register buffer: %s (continuing without)\n", label.c_str(),
+        nvmeof::detail::log_warning("nvmeof: %s: register buffer: %s (continuing without)\n", label.c_str(),
                      id.error().message().c_str());
         break;
       }
@@ -219,21 +220,21 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
   if (core->polled) p.flags |= IORING_SETUP_IOPOLL;
   int r = io_uring_queue_init_params(cfg.depth, &core->ring, &p);
   if (r < 0) {
-    std::fprintf(stderr, "nvmeof: %s: io_uring set-up (SQE128|CQE32): %s\n", label.c_str(),
+    nvmeof::detail::log_warning("nvmeof: %s: io_uring set-up (SQE128|CQE32): %s\n", label.c_str(),
                  std::strerror(-r));
     return errno_code(-r);
   }
   core->ring_ok = true;
   r = io_uring_register_files(&core->ring, &core->fd, 1);
   if (r < 0) {
-    std::fprintf(stderr, "nvmeof: %s: register file: %s\n", label.c_str(), std::strerror(-r));
+    nvmeof::detail::log_warning("nvmeof: %s: register file: %s\n", label.c_str(), std::strerror(-r));
     return errno_code(-r);
   }
   if (!cfg.buffers.empty()) {
     // Best effort: without them every command still works, pinning its pages per I/O.
     r = io_uring_register_buffers(&core->ring, cfg.buffers.data(), static_cast<unsigned>(cfg.buffers.size()));
     if (r < 0)
-      std::fprintf(stderr, "nvmeof: %s: register %zu buffers: %s (continuing without)\n", label.c_str(),
+      nvmeof::detail::log_warning("nvmeof: %s: register %zu buffers: %s (continuing without)\n", label.c_str(),
                    cfg.buffers.size(), std::strerror(-r));
     else
       core->bufs = cfg.buffers;
@@ -244,7 +245,7 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
   if (core->efd < 0) return errno_code(errno);
   r = io_uring_register_eventfd(&core->ring, core->efd);
   if (r < 0) {
-    std::fprintf(stderr, "nvmeof: %s: register eventfd: %s\n", label.c_str(), std::strerror(-r));
+    nvmeof::detail::log_warning("nvmeof: %s: register eventfd: %s\n", label.c_str(), std::strerror(-r));
     return errno_code(-r);
   }
   core->wake_h.core = core.get();
@@ -279,7 +280,7 @@ QueuePair::~QueuePair() {
   if (core_->polled && core_->inflight > 0) {
     // Polled completions arrive only while someone polls, so this pair cannot be orphaned:
     // keep polling; the kernel's I/O timeout bounds the wait.
-    std::fprintf(stderr, "nvmeof: %s: waiting for %u polled commands\n", label_.c_str(), core_->inflight);
+    nvmeof::detail::log_warning("nvmeof: %s: waiting for %u polled commands\n", label_.c_str(), core_->inflight);
     while (core_->inflight > 0) {
       io_uring_get_events(&core_->ring);
       reap();
@@ -292,7 +293,7 @@ QueuePair::~QueuePair() {
   if (c->shared) {
     if (c->inflight > 0) {
       // The slots stay until the last completion; its handler frees the core.
-      std::fprintf(stderr, "nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
+      nvmeof::detail::log_warning("nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
                    label_.c_str(), c->inflight);
       return;
     }
@@ -300,7 +301,7 @@ QueuePair::~QueuePair() {
     return;
   }
   if (c->inflight > 0) {
-    std::fprintf(stderr, "nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
+    nvmeof::detail::log_warning("nvmeof: %s: %u passthrough commands still in the kernel at destruction\n",
                  label_.c_str(), c->inflight);
     c->orphan_step();  // frees itself once they are back
     return;
@@ -375,7 +376,7 @@ void QueuePair::on_shared_cqe(IoHandler* h, const io_uring_cqe& cqe) noexcept {
     // The kernel refused the registered buffer (see reap()): send it again the ordinary way.
     if (io_uring_sqe* sqe = qp->reactor_.get_sqe()) {
       if (qp->use_fixed_)
-        std::fprintf(stderr, "nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
+        nvmeof::detail::log_warning("nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
                      qp->label_.c_str());
       qp->use_fixed_ = false;
       sl->fixed = qp->prep_sqe(sqe, *req, false);
@@ -435,7 +436,7 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   state_ = QpState::failed;
   error_ = why;
   if (why != std::errc::operation_canceled)
-    std::fprintf(stderr, "nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail,
+    nvmeof::detail::log_warning("nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail,
                  why.message().c_str());
   // Commands queued this turn must not reach the device any more (a write after the path was
   // fenced would be exactly the stale write failover must prevent): they become NOPs, which
@@ -500,7 +501,7 @@ int QueuePair::reap() noexcept {
     if ((ud & 1) && res == -EINVAL && state_ == QpState::live) {
       if (io_uring_sqe* sqe = io_uring_get_sqe(&c.ring)) {
         if (use_fixed_)
-          std::fprintf(stderr, "nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
+          nvmeof::detail::log_warning("nvmeof: %s: the kernel refuses registered buffers here; not using them\n",
                        label_.c_str());
         use_fixed_ = false;
         prep_sqe(sqe, *req, false);

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The Python package against the C++ forms, one nvmeof-target process, alternating rounds:
+
+  * pread 4 KiB at QD1 (Python, GIL released while waiting) vs `co_await volume.read` (coro_qd1)
+  * 4 KiB random reads at QD 32: Python batches (submit_batch + the eventfd) vs nvmeof-bench
+
+    PYTHONPATH=build/python python3 bench/python_bench.py build [--rounds 3]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import nvmeof
+
+NQN = "nqn.2024-01.io.nvmeof:pybench"
+BS = 4096
+
+
+def start_target(build):
+    p = subprocess.Popen([os.path.join(build, "tools", "nvmeof-target"), "--listen", "127.0.0.1:0",
+                          "--nqn", NQN, "--size", "256M"], stdout=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        m = re.match(r"nvmeof-target: listening on (\S+)", line)
+        if m:
+            return p, m.group(1)
+    raise RuntimeError("nvmeof-target did not start")
+
+
+def py_qd1(vol, n):
+    buf = nvmeof.alloc(BS)
+    lat = []
+    blocks = min(vol.size // BS, 4096)
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        vol.pread(buf, ((i * 7919) % blocks) * BS)
+        lat.append((time.perf_counter_ns() - t0) / 1000.0)
+    lat.sort()
+    return statistics.fmean(lat), lat[len(lat) // 2]
+
+
+def py_qd32(vol, seconds):
+    rng = random.Random(1)
+    blocks = min(vol.size // BS, 1 << 18)
+    bufs = [nvmeof.alloc(BS) for _ in range(32)]
+    futs = vol.read_batch([(b, rng.randrange(blocks) * BS) for b in bufs])
+    slot_of = {id(f): i for i, f in enumerate(futs)}
+    done = 0
+    t0 = time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        vol.poll(1.0)
+        free = [slot_of.pop(id(f)) for f in futs if f.done()]
+        for f in futs:
+            if f.done():
+                f.result()
+        done += len(free)
+        futs = [f for f in futs if not f.done()]
+        new = vol.read_batch([(bufs[i], rng.randrange(blocks) * BS) for i in free])
+        for i, f in zip(free, new):
+            slot_of[id(f)] = i
+        futs += new
+    dt = time.perf_counter() - t0
+    vol.wait(futs, timeout=10.0)
+    return done / dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--count", type=int, default=5000)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    a = ap.parse_args()
+    target, addr = start_target(a.build)
+    try:
+        py1, cpp1, py32, cpp32 = [], [], [], []
+        for _ in range(a.rounds):
+            with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
+                py1.append(py_qd1(vol, a.count))
+            out = subprocess.run([os.path.join(a.build, "bench", "coro_qd1"), addr, NQN, str(a.count)],
+                                 check=True, capture_output=True, text=True).stdout
+            j = json.loads(out.strip().splitlines()[-1])
+            cpp1.append((j["mean_us"], j["p50_us"]))
+            with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
+                py32.append(py_qd32(vol, a.seconds))
+            out = subprocess.run([os.path.join(a.build, "tools", "nvmeof-bench"), "--target", addr,
+                                  "--nqn", NQN, "--rw", "randread", "--bs", "4k", "--iodepth", "32",
+                                  "--runtime", f"{int(a.seconds * 1000)}ms", "--io-deadline", "2s", "--kato", "5s",
+                                  "--json"], check=True, capture_output=True, text=True).stdout
+            cpp32.append(json.loads(out)["total"]["iops"])
+        med = statistics.median
+        p_mean, p_p50 = med(x[0] for x in py1), med(x[1] for x in py1)
+        c_mean, c_p50 = med(x[0] for x in cpp1), med(x[1] for x in cpp1)
+        print(f"QD1 4 KiB read: Python pread mean {p_mean:.1f} us (p50 {p_p50:.1f}), "
+              f"C++ co_await mean {c_mean:.1f} us (p50 {c_p50:.1f}); ratio {p_mean / c_mean:.2f}x "
+              f"(p50 {p_p50 / c_p50:.2f}x)")
+        print(f"QD32 4 KiB randread: Python batches {med(py32):.0f} IOPS, nvmeof-bench {med(cpp32):.0f} IOPS; "
+              f"ratio {med(py32) / med(cpp32):.2f}")
+        print(f"rounds: py_qd1 {py1} cpp_qd1 {cpp1} py_qd32 {[round(x) for x in py32]} cpp_qd32 {cpp32}")
+    finally:
+        target.terminate()
+        target.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+/* The C API of the nvmeof host library: for C programs and for FFI (Python, Rust, Go).
+ *
+ * Conventions:
+ *  - Handles are opaque (nvmeof_volume). Functions return 0 (or a count) on success and a
+ *    negative errno on failure: -EINVAL a bad argument, -EAGAIN no free I/O slot (reap or wait
+ *    for completions, then retry), -ECHILD a volume used in a process forked after it opened,
+ *    -ENOMEM, -ETIMEDOUT, -ECONNREFUSED, ... (nvmeof_strerror() names them).
+ *  - Offsets and lengths are in bytes and must be multiples of the volume's block size.
+ *  - An I/O's outcome is an NVMe status as a value (nvmeof_status): 0 is success; a failed
+ *    transport after every retry gives the host pathing error (SCT 3h, SC 70h, DNR).
+ *  - Two completion modes, chosen at open: a callback run on a reactor thread (keep it short,
+ *    it may submit more I/O), or a completion queue the caller drains from its own thread with
+ *    nvmeof_volume_reap(), whose eventfd (nvmeof_volume_event_fd()) is readable while
+ *    completions wait. Each volume has a fixed number of I/O slots (queue_depth); the
+ *    completion queue holds as many, so it never overflows and nothing is allocated per I/O.
+ *  - Buffers stay owned by the caller and must stay valid until the I/O completes.
+ *  - fork: a volume belongs to the process that opened it. In a child every call on it returns
+ *    -ECHILD (close only forgets the handle there); open a new volume in the child instead.
+ *
+ * Threading: submit from any thread; reap from one thread at a time; close once, from any
+ * thread but a reactor's (not from inside a completion callback).
+ */
+#ifndef NVMEOF_NVMEOF_H
+#define NVMEOF_NVMEOF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef NVMEOF_API
+#define NVMEOF_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nvmeof_volume nvmeof_volume;
+
+/* The NVMe completion status without the phase bit: bits 7:0 SC, 10:8 SCT, 12:11 CRD,
+ * 13 More, 14 DNR. 0 is success. */
+typedef uint16_t nvmeof_status;
+
+static inline unsigned nvmeof_status_sc(nvmeof_status s) { return s & 0xffu; }
+static inline unsigned nvmeof_status_sct(nvmeof_status s) { return (s >> 8) & 0x7u; }
+static inline int nvmeof_status_dnr(nvmeof_status s) { return (s >> 14) & 1u; }
+static inline int nvmeof_status_ok(nvmeof_status s) { return (s & 0x7ffu) == 0; }
+
+/* One finished I/O. */
+typedef struct nvmeof_event {
+  uint64_t cookie;       /* the caller's value given at submit */
+  nvmeof_status status;  /* 0: success */
+  uint8_t op;            /* enum nvmeof_op */
+  uint8_t reserved[5];
+} nvmeof_event;
+
+enum nvmeof_op {
+  NVMEOF_OP_READ = 0,
+  NVMEOF_OP_WRITE = 1,
+  NVMEOF_OP_FLUSH = 2,
+  NVMEOF_OP_WRITE_ZEROES = 3,
+  NVMEOF_OP_DSM = 4,
+};
+
+/* Callback completion mode: runs on a reactor thread. */
+typedef void (*nvmeof_completion_cb)(const nvmeof_event* ev, void* ctx);
+
+enum nvmeof_selector {
+  NVMEOF_SELECTOR_SERVICE_TIME = 0, /* the default */
+  NVMEOF_SELECTOR_ROUND_ROBIN = 1,
+  NVMEOF_SELECTOR_QUEUE_DEPTH = 2,
+  NVMEOF_SELECTOR_NUMA = 3,
+};
+
+/* Options of nvmeof_volume_open(). Fill with nvmeof_volume_options_init() first, so fields
+ * added later get their defaults. */
+typedef struct nvmeof_volume_options {
+  uint32_t struct_size;         /* sizeof(nvmeof_volume_options), set by _init */
+  const char* subnqn;           /* required: the subsystem NQN */
+  const char* hostnqn;          /* NULL: derived from a per-process host id */
+  uint32_t nsid;                /* default 1 */
+  uint32_t queue_depth;         /* I/O slots of the volume (1..65536), default 256 */
+  uint32_t reactors;            /* data-plane threads, default 1 */
+  uint32_t selector;            /* enum nvmeof_selector */
+  uint32_t no_path_timeout_ms;  /* how long an I/O waits for a usable path, default 30000 */
+  uint32_t kato_ms;             /* keep-alive timeout, default 5000, 0 none; NVMEOF_KATO_SHORTEST: the
+                                   controller's shortest (fastest fencing of a silent path, but
+                                   a loaded host may miss a 100 ms keep-alive) */
+  uint32_t io_deadline_ms;      /* per-command deadline before a path is failed; 0: derived from
+                                   the path's latency (at most 25 ms) */
+  nvmeof_completion_cb completion_cb; /* NULL: completion-queue mode */
+  void* completion_ctx;
+} nvmeof_volume_options;
+
+#define NVMEOF_KATO_SHORTEST 0xffffffffu
+
+NVMEOF_API void nvmeof_volume_options_init(nvmeof_volume_options* opts);
+
+/* Opens one namespace over `npaths` addresses ("127.0.0.1:4420", "tcp://[::1]:4420",
+ * "rdma://10.0.0.1:4420"): every path is connected and checked to reach the same namespace.
+ * A path unreachable at open is retried in the background; open fails only when none opens. */
+NVMEOF_API int nvmeof_volume_open(const char* const* paths, size_t npaths,
+                                  const nvmeof_volume_options* opts, nvmeof_volume** out);
+/* Opens every path a discovery controller at `discovery_addr` lists for opts->subnqn. */
+NVMEOF_API int nvmeof_volume_open_discovered(const char* discovery_addr,
+                                             const nvmeof_volume_options* opts,
+                                             nvmeof_volume** out);
+/* Waits for in-flight I/O (bounded by no_path_timeout), then tears the volume down. Events not
+ * reaped are dropped. */
+NVMEOF_API int nvmeof_volume_close(nvmeof_volume* vol);
+
+NVMEOF_API uint32_t nvmeof_volume_block_size(const nvmeof_volume* vol);
+NVMEOF_API uint64_t nvmeof_volume_size(const nvmeof_volume* vol); /* bytes */
+NVMEOF_API uint32_t nvmeof_volume_queue_depth(const nvmeof_volume* vol);
+
+/* Asynchronous I/O. Each takes one slot until its completion is delivered (the callback has
+ * returned, or the event was reaped). */
+NVMEOF_API int nvmeof_submit_read(nvmeof_volume* vol, void* buf, size_t len, uint64_t offset,
+                                  uint64_t cookie);
+NVMEOF_API int nvmeof_submit_write(nvmeof_volume* vol, const void* buf, size_t len,
+                                   uint64_t offset, uint64_t cookie);
+NVMEOF_API int nvmeof_submit_flush(nvmeof_volume* vol, uint64_t cookie);
+NVMEOF_API int nvmeof_submit_write_zeroes(nvmeof_volume* vol, size_t len, uint64_t offset,
+                                          uint64_t cookie);
+
+/* A Dataset Management range (the NVMe layout, little-endian host assumed). */
+typedef struct nvmeof_dsm_range {
+  uint32_t attributes; /* context attributes */
+  uint32_t nlb;        /* blocks */
+  uint64_t slba;       /* first block */
+} nvmeof_dsm_range;
+/* Dataset Management with the Deallocate attribute (trim) over `ranges` (1..256 of them, each
+ * inside the namespace), which must stay valid until completion. */
+NVMEOF_API int nvmeof_submit_dsm(nvmeof_volume* vol, const nvmeof_dsm_range* ranges,
+                                 uint32_t nranges, uint64_t cookie);
+
+/* Completion-queue mode: moves up to `max` finished I/Os into `events`, returns how many (0:
+ * none waiting; never blocks). -EINVAL in callback mode. */
+NVMEOF_API int nvmeof_volume_reap(nvmeof_volume* vol, nvmeof_event* events, int max);
+/* An eventfd (non-blocking) readable while completions wait to be reaped; reap clears it.
+ * Owned by the volume. -EINVAL in callback mode. */
+NVMEOF_API int nvmeof_volume_event_fd(const nvmeof_volume* vol);
+
+/* Blocking forms (either mode; they do not pass through the completion queue). 0 or -errno;
+ * *status gets the NVMe status (may be NULL; a nonzero status then returns -EIO). */
+NVMEOF_API int nvmeof_read(nvmeof_volume* vol, void* buf, size_t len, uint64_t offset,
+                           nvmeof_status* status);
+NVMEOF_API int nvmeof_write(nvmeof_volume* vol, const void* buf, size_t len, uint64_t offset,
+                            nvmeof_status* status);
+NVMEOF_API int nvmeof_flush(nvmeof_volume* vol, nvmeof_status* status);
+
+/* The volume's statistics (paths, states, latency, failover timeline) as JSON. *out is
+ * malloc'd; free it with nvmeof_string_free(). */
+NVMEOF_API int nvmeof_volume_stats_json(const nvmeof_volume* vol, char** out);
+NVMEOF_API void nvmeof_string_free(char* s);
+
+/* `nbytes` zeroed bytes, page aligned, on NUMA node `node` (-1: where the caller runs). Free
+ * with nvmeof_buffer_free(). */
+NVMEOF_API int nvmeof_buffer_alloc(size_t nbytes, int node, void** out);
+NVMEOF_API void nvmeof_buffer_free(void* buf);
+
+/* The library's diagnostics (path failures, reconnects, ...). NULL restores the default, a
+ * line on stderr. The callback may run on any library thread; `msg` has no newline. */
+enum nvmeof_log_level { NVMEOF_LOG_ERROR = 3, NVMEOF_LOG_WARNING = 4, NVMEOF_LOG_INFO = 6 };
+typedef void (*nvmeof_log_cb)(int level, const char* msg, void* ctx);
+NVMEOF_API void nvmeof_set_log_callback(nvmeof_log_cb cb, void* ctx);
+
+/* "Invalid argument" for -EINVAL etc.; a short name of an NVMe status for nvmeof_status_str. */
+NVMEOF_API const char* nvmeof_strerror(int err);
+/* Writes e.g. "generic/lba-out-of-range (0x4080, dnr)" into buf; returns buf. */
+NVMEOF_API const char* nvmeof_status_str(nvmeof_status s, char* buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVMEOF_NVMEOF_H */

@@ -1,0 +1,519 @@
+// The C API (include/nvmeof/nvmeof.h) over nvmeof::Volume.
+//
+// Each volume owns `queue_depth` I/O slots allocated at open (a VolumeIo plus the caller's
+// cookie). A submit takes a slot from a spinlock-guarded free stack (a handful of instructions
+// under the lock, never a syscall), the completion fills it in on the reactor thread and either
+// calls the user's callback or pushes the slot onto a bounded lock-free MPSC ring (the library's
+// MpscRing, one producer per reactor, the reaper the one consumer) sized to the slot count, so
+// it can never be full. The eventfd is written only when the reaper has armed it (it found the
+// ring empty), so a busy consumer costs no syscalls per I/O.
+#include "nvmeof/nvmeof.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <chrono>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/mpsc_ring.hpp"
+#include "core/node_memory.hpp"
+#include "nvmeof/volume.hpp"
+
+using namespace nvmeof;
+
+namespace {
+
+// Bumped in every child after fork; a volume opened under another generation is not ours.
+std::atomic<uint32_t> g_fork_generation{0};
+std::once_flag g_atfork_once;
+
+void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
+class SpinLock {
+ public:
+  void lock() noexcept {
+    while (flag_.exchange(true, std::memory_order_acquire)) {
+      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    }
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+struct Slot {
+  VolumeIo io;
+  nvmeof_volume* vol = nullptr;
+  uint64_t cookie = 0;
+  nvmeof_status status = 0;
+  uint8_t op = 0;
+  bool sync = false;
+  std::atomic<uint32_t> sync_done{0};
+};
+
+}  // namespace
+
+struct nvmeof_volume {
+  std::unique_ptr<Volume> volume;
+  uint32_t generation = 0;
+  uint32_t block_size = 0;
+  uint64_t size_bytes = 0;
+  nvmeof_completion_cb cb = nullptr;
+  void* cb_ctx = nullptr;
+  int efd = -1;
+  std::unique_ptr<Slot[]> slots;
+  uint32_t nslots = 0;
+
+  SpinLock free_mu;
+  std::vector<Slot*> free_slots;  // capacity nslots, never reallocated
+
+  std::unique_ptr<detail::MpscRing<Slot>> done_ring;  // completion-queue mode
+  std::atomic<bool> efd_armed{true};
+  // Submitted and not yet completed. close waits for 0: Volume's destructor fails I/O still in a
+  // reactor's submission ring instead of running it.
+  std::atomic<uint32_t> inflight{0};
+  uint32_t no_path_timeout_ms = 0;
+
+  bool forked() const noexcept {
+    return generation != g_fork_generation.load(std::memory_order_relaxed);
+  }
+
+  Slot* take() noexcept {
+    std::lock_guard lk(free_mu);
+    if (free_slots.empty()) return nullptr;
+    Slot* s = free_slots.back();
+    free_slots.pop_back();
+    return s;
+  }
+  void give(Slot* s) noexcept {
+    std::lock_guard lk(free_mu);
+    free_slots.push_back(s);  // within capacity: every slot was taken from here
+  }
+
+  void signal() noexcept {
+    if (efd_armed.exchange(false, std::memory_order_acq_rel)) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof one);
+    }
+  }
+};
+
+namespace {
+
+void on_done(VolumeIo& io, NvmeStatus st) noexcept {
+  Slot* s = static_cast<Slot*>(io.user);
+  s->status = st.raw;
+  s->vol->inflight.fetch_sub(1, std::memory_order_release);
+  if (s->sync) {
+    s->sync_done.store(1, std::memory_order_release);
+    s->sync_done.notify_one();
+    return;
+  }
+  nvmeof_volume* v = s->vol;
+  if (v->cb) {
+    const nvmeof_event ev{s->cookie, s->status, s->op, {}};
+    v->give(s);
+    v->cb(&ev, v->cb_ctx);
+    return;
+  }
+  v->done_ring->push(s);  // never full: the ring holds every slot
+  v->signal();
+}
+
+int to_errno(std::error_code ec) noexcept {
+  if (!ec) return 0;
+  if (ec.category() == std::system_category() || ec.category() == std::generic_category())
+    return -ec.value();
+  if (ec.category() == nvmeof_category()) {
+    switch (static_cast<Errc>(ec.value())) {
+      case Errc::invalid_argument: return -EINVAL;
+      case Errc::timeout:
+      case Errc::keep_alive_timeout: return -ETIMEDOUT;
+      case Errc::connection_refused: return -ECONNREFUSED;
+      case Errc::connection_closed:
+      case Errc::connection_reset:
+      case Errc::peer_terminated: return -ECONNRESET;
+      case Errc::queue_full: return -EAGAIN;
+      case Errc::not_connected: return -ENOTCONN;
+      case Errc::no_path: return -EHOSTUNREACH;
+      case Errc::namespace_mismatch: return -EMEDIUMTYPE;
+      case Errc::unsupported: return -EOPNOTSUPP;
+      default: return -EPROTO;
+    }
+  }
+  return -EIO;  // an NVMe status from the control path (connect refused by the controller)
+}
+
+bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
+  if (!o || o->struct_size < sizeof(nvmeof_volume_options) || !o->subnqn || !*o->subnqn)
+    return false;
+  if (o->queue_depth == 0 || o->queue_depth > 65536 || o->reactors == 0 || o->reactors > 256)
+    return false;
+  vo.connect.subnqn = o->subnqn;
+  if (o->hostnqn) vo.connect.hostnqn = o->hostnqn;
+  vo.nsid = o->nsid;
+  vo.reactors = o->reactors;
+  switch (o->selector) {
+    case NVMEOF_SELECTOR_SERVICE_TIME: vo.selector = SelectorKind::service_time; break;
+    case NVMEOF_SELECTOR_ROUND_ROBIN: vo.selector = SelectorKind::round_robin; break;
+    case NVMEOF_SELECTOR_QUEUE_DEPTH: vo.selector = SelectorKind::queue_depth; break;
+    case NVMEOF_SELECTOR_NUMA: vo.selector = SelectorKind::numa; break;
+    default: return false;
+  }
+  vo.no_path_timeout = std::chrono::milliseconds(o->no_path_timeout_ms);
+  static_assert(NVMEOF_KATO_SHORTEST == kKatoShortest);
+  vo.connect.kato_ms = o->kato_ms;
+  vo.io_deadline = std::chrono::milliseconds(o->io_deadline_ms);
+  vo.connect.io_queue_depth = std::min<uint32_t>(std::max<uint32_t>(o->queue_depth, 32), 1024);
+  return true;
+}
+
+int finish_open(Result<std::unique_ptr<Volume>> r, const nvmeof_volume_options* o,
+                nvmeof_volume** out) {
+  if (!r) {
+    detail::log_warning("nvmeof: open: %s", r.error().message().c_str());
+    return to_errno(r.error());
+  }
+  std::unique_ptr<nvmeof_volume> v;
+  try {
+    v = std::make_unique<nvmeof_volume>();
+    v->nslots = o->queue_depth;
+    v->slots = std::make_unique<Slot[]>(v->nslots);
+    v->free_slots.reserve(v->nslots);
+    for (uint32_t i = v->nslots; i-- > 0;) {
+      v->slots[i].vol = v.get();
+      v->slots[i].io.user = &v->slots[i];
+      v->slots[i].io.done = &on_done;
+      v->free_slots.push_back(&v->slots[i]);
+    }
+    if (!o->completion_cb) {
+      size_t cap = 1;
+      while (cap < v->nslots) cap <<= 1;
+      v->done_ring = std::make_unique<detail::MpscRing<Slot>>(cap);
+      v->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (v->efd < 0) return -errno;
+    }
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+  v->volume = std::move(r.value());
+  v->generation = g_fork_generation.load(std::memory_order_relaxed);
+  v->block_size = v->volume->block_size();
+  v->size_bytes = v->volume->size_blocks() * v->block_size;
+  v->no_path_timeout_ms = o->no_path_timeout_ms;
+  v->cb = o->completion_cb;
+  v->cb_ctx = o->completion_ctx;
+  *out = v.release();
+  return 0;
+}
+
+// Checks a byte range and turns it into blocks.
+int to_blocks(const nvmeof_volume* v, size_t len, uint64_t offset, uint64_t& slba, uint32_t& nlb) {
+  const uint64_t bs = v->block_size;
+  if (len == 0 || len % bs || offset % bs) return -EINVAL;
+  if (offset > v->size_bytes || len > v->size_bytes - offset) return -EINVAL;
+  if (len / bs > UINT32_MAX) return -EINVAL;
+  slba = offset / bs;
+  nlb = static_cast<uint32_t>(len / bs);
+  return 0;
+}
+
+int check(const nvmeof_volume* v) noexcept {
+  if (!v) return -EINVAL;
+  if (v->forked()) return -ECHILD;
+  return 0;
+}
+
+int start(nvmeof_volume* v, IoOp op, void* buf, uint64_t slba, uint32_t nlb, uint64_t cookie,
+          Slot** sync_slot) noexcept {
+  Slot* s = v->take();
+  if (!s) return -EAGAIN;
+  s->io.op = op;
+  s->io.slba = slba;
+  s->io.nlb = nlb;
+  s->io.buf = buf;
+  s->cookie = cookie;
+  s->op = static_cast<uint8_t>(op);
+  s->sync = sync_slot != nullptr;
+  s->sync_done.store(0, std::memory_order_relaxed);
+  v->inflight.fetch_add(1, std::memory_order_relaxed);
+  const int rc = v->volume->submit(s->io);
+  if (rc != 0) {
+    v->inflight.fetch_sub(1, std::memory_order_relaxed);
+    v->give(s);
+    return rc;
+  }
+  if (sync_slot) *sync_slot = s;
+  return 0;
+}
+
+int submit_rw(nvmeof_volume* v, IoOp op, void* buf, size_t len, uint64_t offset,
+              uint64_t cookie, Slot** sync_slot) noexcept {
+  if (int rc = check(v)) return rc;
+  if (!buf && op != IoOp::write_zeroes) return -EINVAL;
+  uint64_t slba;
+  uint32_t nlb;
+  if (int rc = to_blocks(v, len, offset, slba, nlb)) return rc;
+  return start(v, op, buf, slba, nlb, cookie, sync_slot);
+}
+
+int wait_sync(nvmeof_volume* v, Slot* s, nvmeof_status* status) noexcept {
+  while (s->sync_done.load(std::memory_order_acquire) == 0) s->sync_done.wait(0);
+  const nvmeof_status st = s->status;
+  v->give(s);
+  if (status) *status = st;
+  return (st & 0x7ff) == 0 || status ? 0 : -EIO;
+}
+
+std::mutex g_buffers_mu;
+std::unordered_map<void*, detail::NodeBuffer>* g_buffers = nullptr;
+
+}  // namespace
+
+extern "C" {
+
+void nvmeof_volume_options_init(nvmeof_volume_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->nsid = 1;
+  o->queue_depth = 256;
+  o->reactors = 1;
+  o->selector = NVMEOF_SELECTOR_SERVICE_TIME;
+  o->no_path_timeout_ms = 30000;
+  o->kato_ms = 5000;
+}
+
+int nvmeof_volume_open(const char* const* paths, size_t npaths, const nvmeof_volume_options* o,
+                       nvmeof_volume** out) {
+  if (!out || !paths || npaths == 0) return -EINVAL;
+  *out = nullptr;
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  try {
+    VolumeOptions vo;
+    if (!fill_options(o, vo)) return -EINVAL;
+    for (size_t i = 0; i < npaths; ++i) {
+      if (!paths[i]) return -EINVAL;
+      auto a = TransportAddress::parse(paths[i]);
+      if (!a) return -EINVAL;
+      vo.paths.push_back(*a);
+    }
+    return finish_open(Volume::open(vo), o, out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  } catch (const std::system_error& e) {
+    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
+  }
+}
+
+int nvmeof_volume_open_discovered(const char* discovery, const nvmeof_volume_options* o,
+                                  nvmeof_volume** out) {
+  if (!out || !discovery) return -EINVAL;
+  *out = nullptr;
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  try {
+    VolumeOptions vo;
+    if (!fill_options(o, vo)) return -EINVAL;
+    auto a = TransportAddress::parse(discovery);
+    if (!a) return -EINVAL;
+    return finish_open(Volume::open_discovered(*a, vo), o, out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  } catch (const std::system_error& e) {
+    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
+  }
+}
+
+int nvmeof_volume_close(nvmeof_volume* v) {
+  if (!v) return -EINVAL;
+  if (v->forked()) {
+    // The reactor and control threads do not exist in this process: tearing the volume down
+    // would wait for them forever. Forget it; the parent still owns the real one.
+    (void)v->volume.release();
+    (void)v->slots.release();
+    (void)v->done_ring.release();
+  }
+  if (v->volume) {
+    const auto give_up = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(v->no_path_timeout_ms) + std::chrono::seconds(1);
+    while (v->inflight.load(std::memory_order_acquire) != 0 &&
+           std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  v->volume.reset();
+  if (v->efd >= 0) ::close(v->efd);
+  delete v;
+  return 0;
+}
+
+uint32_t nvmeof_volume_block_size(const nvmeof_volume* v) { return v ? v->block_size : 0; }
+uint64_t nvmeof_volume_size(const nvmeof_volume* v) { return v ? v->size_bytes : 0; }
+uint32_t nvmeof_volume_queue_depth(const nvmeof_volume* v) { return v ? v->nslots : 0; }
+
+int nvmeof_submit_read(nvmeof_volume* v, void* buf, size_t len, uint64_t offset,
+                       uint64_t cookie) {
+  return submit_rw(v, IoOp::read, buf, len, offset, cookie, nullptr);
+}
+
+int nvmeof_submit_write(nvmeof_volume* v, const void* buf, size_t len, uint64_t offset,
+                        uint64_t cookie) {
+  return submit_rw(v, IoOp::write, const_cast<void*>(buf), len, offset, cookie, nullptr);
+}
+
+int nvmeof_submit_write_zeroes(nvmeof_volume* v, size_t len, uint64_t offset, uint64_t cookie) {
+  return submit_rw(v, IoOp::write_zeroes, nullptr, len, offset, cookie, nullptr);
+}
+
+int nvmeof_submit_flush(nvmeof_volume* v, uint64_t cookie) {
+  if (int rc = check(v)) return rc;
+  return start(v, IoOp::flush, nullptr, 0, 0, cookie, nullptr);
+}
+
+int nvmeof_submit_dsm(nvmeof_volume* v, const nvmeof_dsm_range* ranges, uint32_t n,
+                      uint64_t cookie) {
+  static_assert(sizeof(nvmeof_dsm_range) == sizeof(DsmRange));
+  if (int rc = check(v)) return rc;
+  if (!ranges || n == 0 || n > 256) return -EINVAL;
+  const uint64_t blocks = v->size_bytes / v->block_size;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (ranges[i].nlb == 0 || ranges[i].slba >= blocks || ranges[i].nlb > blocks - ranges[i].slba)
+      return -EINVAL;
+  }
+  return start(v, IoOp::dsm, const_cast<nvmeof_dsm_range*>(ranges), 0, n, cookie, nullptr);
+}
+
+int nvmeof_volume_reap(nvmeof_volume* v, nvmeof_event* events, int max) {
+  if (int rc = check(v)) return rc;
+  if (!v->done_ring || !events || max < 0) return -EINVAL;
+  int n = 0;
+  for (;;) {
+    while (n < max) {
+      Slot* s = v->done_ring->pop();
+      if (!s) break;
+      events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
+      v->give(s);
+    }
+    if (n == max) {
+      // More may wait: leave the eventfd readable so an event loop comes back.
+      v->efd_armed.store(false, std::memory_order_release);
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t w = ::write(v->efd, &one, sizeof one);
+      return n;
+    }
+    // Found the ring empty: clear the eventfd, arm it, then look once more so a completion
+    // pushed between the last pop and the arming is not left without a wake-up.
+    uint64_t cnt;
+    [[maybe_unused]] ssize_t r = ::read(v->efd, &cnt, sizeof cnt);
+    v->efd_armed.store(true, std::memory_order_seq_cst);
+    Slot* s = v->done_ring->pop();
+    if (!s) return n;
+    events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
+    v->give(s);
+  }
+}
+
+int nvmeof_volume_event_fd(const nvmeof_volume* v) {
+  if (int rc = check(v)) return rc;
+  return v->done_ring ? v->efd : -EINVAL;
+}
+
+int nvmeof_read(nvmeof_volume* v, void* buf, size_t len, uint64_t offset, nvmeof_status* st) {
+  Slot* s = nullptr;
+  if (int rc = submit_rw(v, IoOp::read, buf, len, offset, 0, &s)) return rc;
+  return wait_sync(v, s, st);
+}
+
+int nvmeof_write(nvmeof_volume* v, const void* buf, size_t len, uint64_t offset,
+                 nvmeof_status* st) {
+  Slot* s = nullptr;
+  if (int rc = submit_rw(v, IoOp::write, const_cast<void*>(buf), len, offset, 0, &s)) return rc;
+  return wait_sync(v, s, st);
+}
+
+int nvmeof_flush(nvmeof_volume* v, nvmeof_status* st) {
+  if (int rc = check(v)) return rc;
+  Slot* s = nullptr;
+  if (int rc = start(v, IoOp::flush, nullptr, 0, 0, 0, &s)) return rc;
+  return wait_sync(v, s, st);
+}
+
+int nvmeof_volume_stats_json(const nvmeof_volume* v, char** out) {
+  if (!out) return -EINVAL;
+  *out = nullptr;
+  if (int rc = check(v)) return rc;
+  try {
+    const std::string j = to_json(v->volume->stats());
+    char* p = static_cast<char*>(std::malloc(j.size() + 1));
+    if (!p) return -ENOMEM;
+    std::memcpy(p, j.c_str(), j.size() + 1);
+    *out = p;
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+void nvmeof_string_free(char* s) { std::free(s); }
+
+int nvmeof_buffer_alloc(size_t nbytes, int node, void** out) {
+  if (!out || nbytes == 0 || node < -1) return -EINVAL;
+  *out = nullptr;
+  try {
+    detail::NodeBuffer b(nbytes, node);
+    void* p = b.data();
+    std::lock_guard lk(g_buffers_mu);
+    if (!g_buffers) g_buffers = new std::unordered_map<void*, detail::NodeBuffer>();
+    g_buffers->emplace(p, std::move(b));
+    *out = p;
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+void nvmeof_buffer_free(void* p) {
+  if (!p) return;
+  detail::NodeBuffer b;
+  {
+    std::lock_guard lk(g_buffers_mu);
+    if (!g_buffers) return;
+    auto it = g_buffers->find(p);
+    if (it == g_buffers->end()) return;
+    b = std::move(it->second);
+    g_buffers->erase(it);
+  }
+}
+
+void nvmeof_set_log_callback(nvmeof_log_cb cb, void* ctx) {
+  static_assert(std::is_same_v<nvmeof_log_cb, detail::LogSink>);
+  detail::set_log_sink(cb, ctx);
+}
+
+const char* nvmeof_strerror(int err) {
+  if (err == 0) return "Success";
+  return std::strerror(err < 0 ? -err : err);
+}
+
+const char* nvmeof_status_str(nvmeof_status s, char* buf, size_t len) {
+  if (!buf || len == 0) return buf;
+  const std::string t = to_string(NvmeStatus{s});
+  std::snprintf(buf, len, "%s", t.c_str());
+  return buf;
+}
+
+}  // extern "C"

@@ -1,0 +1,430 @@
+"""NVMe over Fabrics from Python: one namespace over several paths, as a volume.
+
+    import nvmeof
+
+    with nvmeof.Volume(["127.0.0.1:4420", "127.0.0.2:4420"], nqn="nqn.2024-01.io:ns") as vol:
+        buf = nvmeof.alloc(vol.block_size * 8)
+        vol.pread(buf, 0)                              # blocking, the GIL released
+        fut = vol.submit_read(buf, 4096)               # asynchronous
+        fut.result()
+        await vol.read(buf, 0)                         # from asyncio
+
+Offsets and lengths are bytes, multiples of `vol.block_size`. Buffers are any contiguous
+buffer-protocol object (bytearray, memoryview, numpy array, CPU torch tensor via .numpy()).
+
+fork: a volume belongs to the process that opened it. Using it in a forked child (a PyTorch
+DataLoader worker) raises ForkedVolumeError; open a new Volume in the child instead (in the
+DataLoader's worker_init_fn).
+
+The binding goes through the C API (nvmeof.h): its completion queue and eventfd are what
+asyncio and polling loops need, and the Python package and every other FFI user then share one
+tested surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import errno as _errno
+import json
+import logging
+import os
+import select
+import threading
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from . import _core
+
+__all__ = ["Volume", "Future", "NvmeError", "ForkedVolumeError", "alloc", "status_str"]
+
+_log = logging.getLogger("nvmeof")
+_LEVELS = {3: logging.ERROR, 4: logging.WARNING, 6: logging.INFO}
+
+
+def _on_log(level: int, msg: str) -> None:
+    _log.log(_LEVELS.get(level, logging.WARNING), "%s", msg)
+
+
+# The library's diagnostics go to the "nvmeof" logger; back to stderr before the interpreter
+# goes away (a library thread must not wait for a GIL that no longer exists).
+_core.set_log_handler(_on_log)
+atexit.register(_core.set_log_handler, None)
+
+
+def status_str(status: int) -> str:
+    """A short name of an NVMe status, e.g. 'generic/lba-out-of-range (0x4080, dnr)'."""
+    return _core.status_str(status)
+
+
+class NvmeError(OSError):
+    """An I/O completed with an NVMe error status (after the volume's retries and failover).
+
+    `status` is the raw 15-bit status field; `sct`, `sc` and `dnr` its parts."""
+
+    def __init__(self, status: int, what: str = "I/O"):
+        self.status = status
+        self.sct = (status >> 8) & 0x7
+        self.sc = status & 0xFF
+        self.dnr = bool((status >> 14) & 1)
+        super().__init__(_errno.EIO, f"nvmeof: {what} failed: {status_str(status)}")
+
+
+class ForkedVolumeError(RuntimeError):
+    """A volume used in a process forked after it was opened."""
+
+
+def alloc(nbytes: int, node: Optional[int] = None) -> memoryview:
+    """`nbytes` zeroed, page-aligned bytes on NUMA node `node` (None: where the caller runs).
+
+    Returns a writable memoryview (numpy.frombuffer, torch.frombuffer accept it); the memory is
+    freed when the last view of it goes."""
+    if nbytes <= 0:
+        raise ValueError(f"nvmeof.alloc: nbytes must be > 0, got {nbytes}")
+    return memoryview(_core.Buffer(nbytes, -1 if node is None else int(node)))
+
+
+class Future:
+    """The outcome of one asynchronous I/O. `result()` drives the volume's completions itself
+    (no background thread), so it works in a plain polling loop."""
+
+    __slots__ = ("_vol", "_done", "_status", "_nbytes", "_callbacks", "_what")
+
+    def __init__(self, vol: "Volume", nbytes: int, what: str):
+        self._vol = vol
+        self._done = False
+        self._status = 0
+        self._nbytes = nbytes
+        self._callbacks = None
+        self._what = what
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: Optional[float] = None) -> int:
+        """Bytes transferred; raises NvmeError for an error status, TimeoutError after
+        `timeout` seconds."""
+        if not self._done:
+            self._vol._wait_for(self, timeout)
+        if self._status:
+            raise NvmeError(self._status, self._what)
+        return self._nbytes
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        try:
+            self.result(timeout)
+        except NvmeError as e:
+            return e
+        return None
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+    def add_done_callback(self, fn) -> None:
+        if self._done:
+            fn(self)
+        else:
+            self._callbacks = (self._callbacks or []) + [fn]
+
+    def _complete(self, status: int) -> None:
+        self._status = status
+        self._done = True
+        if self._callbacks:
+            for fn in self._callbacks:
+                fn(self)
+
+
+_OP_NAMES = {_core.OP_READ: "read", _core.OP_WRITE: "write", _core.OP_FLUSH: "flush",
+             _core.OP_WRITE_ZEROES: "write zeroes"}
+
+
+class Volume:
+    """One namespace over one or more paths (`"addr:port"`, `"tcp://[::1]:4420"`).
+
+    Volume(paths, nqn=..., nsid=1, queue_depth=256, reactors=1, no_path_timeout=30.0,
+           keep_alive_timeout=5.0, io_deadline=0.0)
+    io_deadline: seconds a command may take before its path is failed (0: derived from the
+    path's latency, at most 25 ms; raise it on a heavily loaded host).
+    Volume(discovery="addr:port", nqn=...)   every path a discovery controller lists
+    """
+
+    def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
+                 queue_depth: int = 256, reactors: int = 1, no_path_timeout: float = 30.0,
+                 keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
+                 discovery: Optional[str] = None):
+        if isinstance(paths, str):
+            paths = [paths]
+        paths = list(paths)
+        if not nqn:
+            raise ValueError("nvmeof.Volume: nqn (the subsystem NQN) is required")
+        if not paths and not discovery:
+            raise ValueError("nvmeof.Volume: give at least one path address or discovery=")
+        if not 1 <= queue_depth <= 65536:
+            raise ValueError(f"nvmeof.Volume: queue_depth must be in 1..65536, got {queue_depth}")
+        self._pid = os.getpid()
+        self._v = None
+        self._v = _core.Volume(paths, nqn, nsid, queue_depth, reactors,
+                               int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
+                               int(io_deadline * 1000), discovery or "")
+        self.block_size: int = self._v.block_size
+        self.size: int = self._v.size
+        self.queue_depth: int = queue_depth
+        self._efd = self._v.event_fd
+        self._pending = {}          # cookie -> (future, buffer view kept alive)
+        self._next_cookie = 1
+        self._lock = threading.RLock()  # a done callback may submit more I/O
+        self._loops = set()         # asyncio loops with a reader on the eventfd
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Waits for I/O in flight, then disconnects. Idempotent."""
+        v, self._v = self._v, None
+        if v is None:
+            return
+        for loop in list(self._loops):
+            try:
+                loop.remove_reader(self._efd)
+            except Exception:  # the loop may be closed already
+                pass
+        self._loops.clear()
+        if os.getpid() != self._pid:
+            v.close()  # in a forked child: only forgets the handle (the parent owns the volume)
+            return
+        v.close()
+        # I/O that was in flight has completed meanwhile; settle its futures.
+        for fut, _ in self._pending.values():
+            if not fut._done:
+                fut._complete(0x4370)  # host pathing error, DNR: the volume went away
+        self._pending.clear()
+
+    def __enter__(self) -> "Volume":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_v", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    @property
+    def closed(self) -> bool:
+        return self._v is None
+
+    @property
+    def event_fd(self) -> int:
+        """An eventfd readable while completions wait; `drain()` them."""
+        self._core()
+        return self._efd
+
+    def _core(self):
+        if self._v is None:
+            raise ValueError("nvmeof: I/O on a closed volume")
+        if os.getpid() != self._pid:
+            raise ForkedVolumeError(
+                f"nvmeof: this volume was opened by process {self._pid} and cannot be used in "
+                f"process {os.getpid()} (a fork child): open a new nvmeof.Volume in the child, "
+                "e.g. in the DataLoader's worker_init_fn")
+        return self._v
+
+    # -- argument checks ------------------------------------------------------------------------
+    def _view(self, buf, offset: int, writable: bool, what: str) -> memoryview:
+        try:
+            mv = memoryview(buf)
+        except TypeError:
+            raise TypeError(f"nvmeof: {what}: buffer must support the buffer protocol "
+                            f"(bytearray, memoryview, numpy array), got {type(buf).__name__}") from None
+        if not mv.c_contiguous:
+            raise ValueError(f"nvmeof: {what}: buffer must be C-contiguous")
+        if writable and mv.readonly:
+            raise TypeError(f"nvmeof: {what}: buffer is read-only")
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        n = mv.nbytes
+        bs = self.block_size
+        if n == 0 or n % bs:
+            raise ValueError(f"nvmeof: {what}: buffer size {n} is not a positive multiple of "
+                             f"the block size {bs}")
+        if offset < 0 or offset % bs:
+            raise ValueError(f"nvmeof: {what}: offset {offset} is not a multiple of the block "
+                             f"size {bs}")
+        if offset + n > self.size:
+            raise ValueError(f"nvmeof: {what}: range {offset}+{n} is beyond the end of the "
+                             f"volume ({self.size} bytes)")
+        return mv
+
+    # -- blocking I/O ---------------------------------------------------------------------------
+    def pread(self, buf, offset: int) -> int:
+        """Reads len(buf) bytes at `offset` into `buf`; returns the byte count."""
+        v = self._core()
+        mv = self._view(buf, offset, True, "pread")
+        st = v.pread(mv, offset)
+        if st:
+            raise NvmeError(st, "read")
+        return mv.nbytes
+
+    def pwrite(self, buf, offset: int) -> int:
+        """Writes `buf` at `offset`; returns the byte count."""
+        v = self._core()
+        mv = self._view(buf, offset, False, "pwrite")
+        st = v.pwrite(mv, offset)
+        if st:
+            raise NvmeError(st, "write")
+        return mv.nbytes
+
+    def flush(self) -> None:
+        st = self._core().flush()
+        if st:
+            raise NvmeError(st, "flush")
+
+    # -- asynchronous I/O -----------------------------------------------------------------------
+    def _submit(self, op: int, mv, offset: int, length: int) -> Future:
+        v = self._core()
+        fut = Future(self, length, _OP_NAMES[op])
+        with self._lock:
+            cookie = self._next_cookie
+            self._next_cookie += 1
+            self._pending[cookie] = (fut, mv)
+            while True:
+                rc = v.submit(op, mv, offset, length, cookie)
+                if rc == 0:
+                    return fut
+                # Every slot busy (-EAGAIN): complete some, then retry.
+                self._wait_locked(None)
+
+    def submit_read(self, buf, offset: int) -> Future:
+        mv = self._view(buf, offset, True, "submit_read")
+        return self._submit(_core.OP_READ, mv, offset, mv.nbytes)
+
+    def submit_write(self, buf, offset: int) -> Future:
+        mv = self._view(buf, offset, False, "submit_write")
+        return self._submit(_core.OP_WRITE, mv, offset, mv.nbytes)
+
+    def submit_write_zeroes(self, nbytes: int, offset: int) -> Future:
+        bs = self.block_size
+        if nbytes <= 0 or nbytes % bs or offset < 0 or offset % bs or offset + nbytes > self.size:
+            raise ValueError(f"nvmeof: write_zeroes: {offset}+{nbytes} is not a block-aligned "
+                             f"range inside the volume ({self.size} bytes, {bs}-byte blocks)")
+        return self._submit(_core.OP_WRITE_ZEROES, None, offset, nbytes)
+
+    def submit_flush(self) -> Future:
+        return self._submit(_core.OP_FLUSH, None, 0, 0)
+
+    def submit_batch(self, op: str, items: Iterable[Tuple[object, int]]) -> List[Future]:
+        """Starts many reads (op="read") or writes (op="write") of (buffer, offset) pairs in one
+        call; returns their futures in order."""
+        if op not in ("read", "write"):
+            raise ValueError(f"nvmeof: submit_batch: op must be 'read' or 'write', got {op!r}")
+        code = _core.OP_READ if op == "read" else _core.OP_WRITE
+        writable = code == _core.OP_READ
+        v = self._core()
+        views = [(self._view(b, off, writable, "submit_batch"), off) for b, off in items]
+        futs = [Future(self, mv.nbytes, op) for mv, _ in views]
+        with self._lock:
+            first = self._next_cookie
+            self._next_cookie += len(views)
+            for i, (mv, _) in enumerate(views):
+                self._pending[first + i] = (futs[i], mv)
+            done = 0
+            while done < len(views):
+                done += v.submit_many(code, views[done:], first + done)
+                if done < len(views):
+                    self._wait_locked(None)
+        return futs
+
+    def read_batch(self, items: Iterable[Tuple[object, int]]) -> List[Future]:
+        return self.submit_batch("read", items)
+
+    def write_batch(self, items: Iterable[Tuple[object, int]]) -> List[Future]:
+        return self.submit_batch("write", items)
+
+    # -- completions ----------------------------------------------------------------------------
+    def _dispatch(self, events) -> int:
+        pend = self._pending
+        for cookie, status in events:
+            fut, _ = pend.pop(cookie)
+            fut._complete(status)
+        return len(events)
+
+    def drain(self) -> int:
+        """Completes every finished I/O's future (never blocks); returns how many."""
+        v = self._core()
+        with self._lock:
+            return self._dispatch(v.reap(1 << 30))
+
+    def _wait_locked(self, timeout: Optional[float]) -> int:
+        v = self._v
+        n = self._dispatch(v.reap(1 << 30))
+        if n:
+            return n
+        r, _, _ = select.select([self._efd], [], [], timeout)
+        return self._dispatch(v.reap(1 << 30)) if r else 0
+
+    def poll(self, timeout: Optional[float] = None) -> int:
+        """Waits up to `timeout` seconds (None: until one arrives) for completions, completes
+        their futures, returns how many."""
+        self._core()
+        with self._lock:
+            return self._wait_locked(timeout)
+
+    def _wait_for(self, fut: Future, timeout: Optional[float]) -> None:
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not fut._done:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._core()
+            with self._lock:
+                if fut._done:
+                    break
+                self._wait_locked(left if left is None else min(left, 1.0))
+            if deadline is not None and time.monotonic() >= deadline and not fut._done:
+                raise TimeoutError("nvmeof: I/O did not complete in time")
+
+    @staticmethod
+    def wait(futures: Iterable[Future], timeout: Optional[float] = None) -> None:
+        """Waits for every future (raises NvmeError for the first failed one)."""
+        for f in futures:
+            f.result(timeout)
+
+    # -- asyncio --------------------------------------------------------------------------------
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop not in self._loops:
+            loop.add_reader(self._efd, self.drain)
+            self._loops.add(loop)
+
+    async def _await(self, fut: Future):
+        loop = asyncio.get_running_loop()
+        self._attach(loop)
+        if not fut._done:
+            af = loop.create_future()
+            fut.add_done_callback(lambda _f: af.done() or af.set_result(None))
+            await af
+        return fut.result()
+
+    async def read(self, buf, offset: int) -> int:
+        """`await vol.read(buf, offset)`: completion through the eventfd on the running loop."""
+        return await self._await(self.submit_read(buf, offset))
+
+    async def write(self, buf, offset: int) -> int:
+        return await self._await(self.submit_write(buf, offset))
+
+    async def aflush(self) -> None:
+        await self._await(self.submit_flush())
+
+    async def gather(self, futures: Sequence[Future]) -> List[int]:
+        """Awaits many futures from submit_batch."""
+        return [await self._await(f) for f in futures]
+
+    # -- stats ----------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        """The volume's statistics (the C API's JSON as a dict): namespace, selector, paths with
+        state, I/Os, latency and errors, the failover timeline, totals."""
+        return json.loads(self._core().stats_json())
+
+    def __repr__(self) -> str:
+        if self._v is None:
+            return "<nvmeof.Volume closed>"
+        return f"<nvmeof.Volume {self.size} bytes, {self.block_size}-byte blocks>"

@@ -1,0 +1,309 @@
+// nvmeof._core: the thin layer between Python and the C API (include/nvmeof/nvmeof.h). The
+// Pythonic surface (Volume, Future, asyncio, exceptions) is nvmeof/__init__.py.
+//
+// Every call that may wait on a library thread (open, close, the blocking reads and writes,
+// stats) releases the GIL: a library thread may be logging, and the log handler needs the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "nvmeof/nvmeof.h"
+
+namespace py = pybind11;
+
+namespace {
+
+[[noreturn]] void raise_errno(int rc, const std::string& what) {
+  const int e = rc < 0 ? -rc : rc;
+  std::string msg = what + ": " + nvmeof_strerror(rc);
+  if (e == ECHILD)
+    msg = what + ": this volume was opened by another process (the parent of a fork); open a "
+                 "new nvmeof.Volume in this process (e.g. in a DataLoader worker_init_fn)";
+  if (e == EINVAL) throw py::value_error(msg);
+  PyErr_SetObject(PyExc_OSError, py::make_tuple(e, msg).ptr());
+  throw py::error_already_set();
+}
+
+// A contiguous byte view of any buffer-protocol object, exported while this lives (a
+// bytearray cannot be resized meanwhile). For asynchronous I/O the caller (nvmeof/__init__.py)
+// holds a memoryview of the object until the I/O completes, which keeps it exported then.
+class Bytes {
+ public:
+  Bytes(const py::handle& b, bool writable) {
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(b.ptr(), &v_, flags) != 0) throw py::error_already_set();
+    ptr = static_cast<char*>(v_.buf);
+    len = static_cast<size_t>(v_.len);
+  }
+  ~Bytes() { PyBuffer_Release(&v_); }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  char* ptr;
+  size_t len;
+
+ private:
+  Py_buffer v_;
+};
+
+class PyVolume {
+ public:
+  PyVolume(const std::vector<std::string>& paths, const std::string& nqn, uint32_t nsid,
+           uint32_t queue_depth, uint32_t reactors, uint32_t no_path_timeout_ms,
+           uint32_t kato_ms, uint32_t io_deadline_ms, const std::string& discovery) {
+    nvmeof_volume_options o;
+    nvmeof_volume_options_init(&o);
+    o.subnqn = nqn.c_str();
+    o.nsid = nsid;
+    o.queue_depth = queue_depth;
+    o.reactors = reactors;
+    o.no_path_timeout_ms = no_path_timeout_ms;
+    o.kato_ms = kato_ms;
+    o.io_deadline_ms = io_deadline_ms;
+    std::vector<const char*> p;
+    for (const auto& s : paths) p.push_back(s.c_str());
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = discovery.empty() ? nvmeof_volume_open(p.data(), p.size(), &o, &vol_)
+                             : nvmeof_volume_open_discovered(discovery.c_str(), &o, &vol_);
+    }
+    if (rc != 0) raise_errno(rc, "nvmeof: cannot open the volume");
+    bs_ = nvmeof_volume_block_size(vol_);
+    size_ = nvmeof_volume_size(vol_);
+  }
+  ~PyVolume() { close(); }
+
+  void close() {
+    if (!vol_) return;
+    nvmeof_volume* v = vol_;
+    vol_ = nullptr;
+    py::gil_scoped_release nogil;
+    nvmeof_volume_close(v);
+  }
+
+  nvmeof_volume* get() const {
+    if (!vol_) throw py::value_error("nvmeof: I/O on a closed volume");
+    return vol_;
+  }
+  uint32_t block_size() const { return bs_; }
+  uint64_t size() const { return size_; }
+  uint32_t queue_depth() const { return nvmeof_volume_queue_depth(get()); }
+  int event_fd() const {
+    const int fd = nvmeof_volume_event_fd(get());
+    if (fd < 0) raise_errno(fd, "nvmeof: event_fd");
+    return fd;
+  }
+
+  // Blocking forms: return the NVMe status (0: success).
+  int pread(const py::buffer& b, uint64_t off) {
+    nvmeof_volume* v = get();
+    const Bytes x(b, true);
+    nvmeof_status st = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_read(v, x.ptr, x.len, off, &st);
+    }
+    if (rc) raise_errno(rc, "nvmeof: pread");
+    return st;
+  }
+  int pwrite(const py::buffer& b, uint64_t off) {
+    nvmeof_volume* v = get();
+    const Bytes x(b, false);
+    nvmeof_status st = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_write(v, x.ptr, x.len, off, &st);
+    }
+    if (rc) raise_errno(rc, "nvmeof: pwrite");
+    return st;
+  }
+  int flush() {
+    nvmeof_volume* v = get();
+    nvmeof_status st = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_flush(v, &st);
+    }
+    if (rc) raise_errno(rc, "nvmeof: flush");
+    return st;
+  }
+
+  // Asynchronous: 0, or -EAGAIN when every slot is busy (the caller reaps and retries); other
+  // errors raise.
+  int submit(int op, const py::object& buf, uint64_t off, uint64_t len, uint64_t cookie) {
+    nvmeof_volume* v = get();
+    int rc;
+    switch (op) {
+      case NVMEOF_OP_READ: {
+        const Bytes x(buf, true);
+        rc = nvmeof_submit_read(v, x.ptr, x.len, off, cookie);
+        break;
+      }
+      case NVMEOF_OP_WRITE: {
+        const Bytes x(buf, false);
+        rc = nvmeof_submit_write(v, x.ptr, x.len, off, cookie);
+        break;
+      }
+      case NVMEOF_OP_FLUSH: rc = nvmeof_submit_flush(v, cookie); break;
+      case NVMEOF_OP_WRITE_ZEROES: rc = nvmeof_submit_write_zeroes(v, len, off, cookie); break;
+      default: throw py::value_error("nvmeof: unknown op");
+    }
+    if (rc && rc != -EAGAIN) raise_errno(rc, "nvmeof: submit");
+    return rc;
+  }
+
+  // Many reads or writes in one call: items are (memoryview, offset) pairs, cookies
+  // first_cookie, first_cookie + 1, ... Returns how many were started (stops at the first
+  // -EAGAIN).
+  size_t submit_many(int op, const py::list& items, uint64_t first_cookie) {
+    nvmeof_volume* v = get();
+    size_t n = 0;
+    for (const auto& it : items) {
+      const auto t = it.cast<py::tuple>();
+      const Bytes x(t[0], op == NVMEOF_OP_READ);
+      const uint64_t off = t[1].cast<uint64_t>();
+      const int rc = op == NVMEOF_OP_READ ? nvmeof_submit_read(v, x.ptr, x.len, off, first_cookie + n)
+                                          : nvmeof_submit_write(v, x.ptr, x.len, off, first_cookie + n);
+      if (rc == -EAGAIN) break;
+      if (rc) raise_errno(rc, "nvmeof: submit");
+      ++n;
+    }
+    return n;
+  }
+
+  // Completed I/Os as (cookie, status) pairs; never blocks.
+  py::list reap(int max) {
+    nvmeof_volume* v = get();
+    nvmeof_event ev[64];
+    py::list out;
+    while (max > 0) {
+      const int n = nvmeof_volume_reap(v, ev, std::min(max, 64));
+      if (n < 0) raise_errno(n, "nvmeof: reap");
+      for (int i = 0; i < n; ++i) out.append(py::make_tuple(ev[i].cookie, ev[i].status));
+      if (n < std::min(max, 64)) break;
+      max -= n;
+    }
+    return out;
+  }
+
+  std::string stats_json() {
+    nvmeof_volume* v = get();
+    char* s = nullptr;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_volume_stats_json(v, &s);
+    }
+    if (rc) raise_errno(rc, "nvmeof: stats");
+    std::string r(s);
+    nvmeof_string_free(s);
+    return r;
+  }
+
+ private:
+  nvmeof_volume* vol_ = nullptr;
+  uint32_t bs_ = 0;
+  uint64_t size_ = 0;
+};
+
+// Memory from nvmeof_buffer_alloc, exported through the buffer protocol.
+class Buffer {
+ public:
+  Buffer(size_t n, int node) : n_(n) {
+    if (n == 0) throw py::value_error("nvmeof.alloc: nbytes must be > 0");
+    const int rc = nvmeof_buffer_alloc(n, node, &p_);
+    if (rc) raise_errno(rc, "nvmeof.alloc");
+  }
+  ~Buffer() { nvmeof_buffer_free(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_;
+};
+
+// The Python log handler; called on library threads.
+PyObject* g_log_handler = nullptr;
+
+void log_to_python(int level, const char* msg, void*) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+    std::fprintf(stderr, "%s\n", msg);
+    return;
+  }
+  PyGILState_STATE g = PyGILState_Ensure();
+  if (g_log_handler) {
+    PyObject* r = PyObject_CallFunction(g_log_handler, "is", level, msg);
+    if (r) Py_DECREF(r);
+    else PyErr_Clear();
+  } else {
+    std::fprintf(stderr, "%s\n", msg);
+  }
+  PyGILState_Release(g);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "nvmeof C API binding (use the nvmeof package, not this module)";
+  m.attr("OP_READ") = int(NVMEOF_OP_READ);
+  m.attr("OP_WRITE") = int(NVMEOF_OP_WRITE);
+  m.attr("OP_FLUSH") = int(NVMEOF_OP_FLUSH);
+  m.attr("OP_WRITE_ZEROES") = int(NVMEOF_OP_WRITE_ZEROES);
+
+  py::class_<PyVolume>(m, "Volume")
+      .def(py::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t,
+                    uint32_t, uint32_t, uint32_t, uint32_t, const std::string&>())
+      .def("close", &PyVolume::close)
+      .def_property_readonly("block_size", &PyVolume::block_size)
+      .def_property_readonly("size", &PyVolume::size)
+      .def_property_readonly("queue_depth", &PyVolume::queue_depth)
+      .def_property_readonly("event_fd", &PyVolume::event_fd)
+      .def("pread", &PyVolume::pread)
+      .def("pwrite", &PyVolume::pwrite)
+      .def("flush", &PyVolume::flush)
+      .def("submit", &PyVolume::submit)
+      .def("submit_many", &PyVolume::submit_many)
+      .def("reap", &PyVolume::reap)
+      .def("stats_json", &PyVolume::stats_json);
+
+  py::class_<Buffer>(m, "Buffer", py::buffer_protocol())
+      .def(py::init<size_t, int>())
+      .def("__len__", &Buffer::size)
+      .def_buffer([](Buffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size())}, {1});
+      });
+
+  m.def("status_str", [](int st) {
+    char buf[96];
+    return std::string(nvmeof_status_str(static_cast<nvmeof_status>(st), buf, sizeof buf));
+  });
+  // A library thread inside log_to_python holds the log lock while it waits for the GIL: the
+  // callback is swapped with the GIL released.
+  m.def("set_log_handler", [](py::object h) {
+    if (h.is_none()) {
+      {
+        py::gil_scoped_release nogil;
+        nvmeof_set_log_callback(nullptr, nullptr);
+      }
+      Py_XDECREF(g_log_handler);
+      g_log_handler = nullptr;
+      return;
+    }
+    PyObject* old = g_log_handler;
+    g_log_handler = h.inc_ref().ptr();
+    Py_XDECREF(old);
+    py::gil_scoped_release nogil;
+    nvmeof_set_log_callback(&log_to_python, nullptr);
+  });
+}

@@ -1,0 +1,105 @@
+// nvmeof._testing: the embedded target (nvmeof::Target) for the package's tests and examples.
+// Built in the tree only, not installed.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "nvmeof/target.hpp"
+
+namespace py = pybind11;
+using namespace nvmeof;
+
+namespace {
+
+class PyTarget {
+ public:
+  PyTarget(size_t ports, uint64_t size, uint32_t block_size, const std::string& nqn) : nqn_(nqn) {
+    TargetOptions o;
+    o.ports.clear();
+    for (size_t i = 0; i < ports; ++i) {
+      TargetPort p;
+      p.traddr = "127.0.0.1";
+      p.trsvcid = "0";
+      o.ports.push_back(p);
+    }
+    o.subsystems[0].nqn = nqn;
+    o.subsystems[0].namespaces[0].size_bytes = size;
+    o.subsystems[0].namespaces[0].block_size = block_size;
+    Result<std::unique_ptr<Target>> t = [&] {
+      py::gil_scoped_release nogil;
+      return Target::start(o);
+    }();
+    if (!t) throw std::runtime_error("nvmeof._testing: target start: " + t.error().message());
+    t_ = std::move(t.value());
+    n_ = ports;
+  }
+
+  std::vector<std::string> addresses() const {
+    std::vector<std::string> r;
+    for (size_t i = 0; i < n_; ++i) r.push_back(t_->port_address(i));
+    return r;
+  }
+  // Closes every connection on the port now (RST); new connects are still accepted.
+  void reset(size_t port) { t_->inject(port, FaultKind::reset); }
+  void refuse(size_t port) { t_->inject(port, FaultKind::refuse); }
+  void clear_faults(size_t port) { t_->clear_faults(port); }
+  void fail_commands(size_t port, int status) {
+    if (status < 0) t_->fail_commands(port, std::nullopt);
+    else t_->fail_commands(port, NvmeStatus{static_cast<uint16_t>(status)});
+  }
+  py::dict port_stats(size_t port) const {
+    const PortStats s = t_->stats(port);
+    py::dict d;
+    d["connections"] = s.connections;
+    d["live_connections"] = s.live_connections;
+    d["commands"] = s.commands;
+    d["reads"] = s.reads;
+    d["writes"] = s.writes;
+    return d;
+  }
+  py::bytes read_ns(uint64_t offset, size_t len) {
+    std::string b(len, '\0');
+    if (auto r = t_->read_ns(nqn_, 1, offset, b.data(), len); !r)
+      throw std::runtime_error("nvmeof._testing: read_ns: " + r.error().message());
+    return py::bytes(b);
+  }
+  void write_ns(uint64_t offset, const py::bytes& data) {
+    const std::string b = data;
+    if (auto r = t_->write_ns(nqn_, 1, offset, b.data(), b.size()); !r)
+      throw std::runtime_error("nvmeof._testing: write_ns: " + r.error().message());
+  }
+  void stop() {
+    py::gil_scoped_release nogil;
+    if (t_) t_->stop();
+  }
+  const std::string& nqn() const { return nqn_; }
+
+ private:
+  std::string nqn_;
+  std::unique_ptr<Target> t_;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_testing, m) {
+  m.doc() = "The embedded NVMe/TCP target, for tests and examples";
+  py::class_<PyTarget>(m, "Target")
+      .def(py::init<size_t, uint64_t, uint32_t, const std::string&>(), py::arg("ports") = 2,
+           py::arg("size") = 64ull << 20, py::arg("block_size") = 4096,
+           py::arg("nqn") = "nqn.2024-01.io.nvmeof:python")
+      .def_property_readonly("addresses", &PyTarget::addresses)
+      .def_property_readonly("nqn", &PyTarget::nqn)
+      .def("reset", &PyTarget::reset)
+      .def("refuse", &PyTarget::refuse)
+      .def("clear_faults", &PyTarget::clear_faults)
+      .def("fail_commands", &PyTarget::fail_commands)
+      .def("port_stats", &PyTarget::port_stats)
+      .def("read_ns", &PyTarget::read_ns)
+      .def("write_ns", &PyTarget::write_ns)
+      .def("stop", &PyTarget::stop)
+      .def("__enter__", [](PyTarget& t) -> PyTarget& { return t; }, py::return_value_policy::reference)
+      .def("__exit__", [](PyTarget& t, py::args) { t.stop(); });
+}

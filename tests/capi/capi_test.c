@@ -1,0 +1,273 @@
+/* The C API against the embedded target: data written and read back in both completion modes,
+ * the blocking forms, write zeroes, DSM, flush, stats, the log hook and bad arguments.
+ * Called as `capi-test ADDR:PORT NQN` (tests/integration/run_example.sh starts the target). */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvmeof/nvmeof.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                          \
+    }                                                                      \
+  } while (0)
+#define REQUIRE(cond)                                                      \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
+      exit(1);                                                             \
+    }                                                                      \
+  } while (0)
+
+enum { kBlocks = 64 };
+
+static void fill(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) p[i] = (uint8_t)((i * 131u + seed * 7u + (i >> 9)) & 0xff);
+}
+
+static int verify(const uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != (uint8_t)((i * 131u + seed * 7u + (i >> 9)) & 0xff)) return 0;
+  return 1;
+}
+
+/* Completion-queue mode: kBlocks writes of one block each, reaped through the eventfd, then
+ * kBlocks reads verified. */
+static void test_queue_mode(const char* addr, const char* nqn) {
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  o.queue_depth = 16; /* fewer slots than I/Os: -EAGAIN must appear and be survivable */
+  o.io_deadline_ms = 2000; /* a loaded test machine is not a failing path */
+  nvmeof_volume* vol = NULL;
+  const char* paths[] = {addr};
+  REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
+  const uint32_t bs = nvmeof_volume_block_size(vol);
+  CHECK(bs == 512 || bs == 4096);
+  CHECK(nvmeof_volume_size(vol) == 16u << 20);
+  CHECK(nvmeof_volume_queue_depth(vol) == 16);
+  const int efd = nvmeof_volume_event_fd(vol);
+  REQUIRE(efd >= 0);
+
+  uint8_t* buf = NULL;
+  REQUIRE(nvmeof_buffer_alloc((size_t)kBlocks * bs, -1, (void**)&buf) == 0);
+  CHECK(((uintptr_t)buf & 4095) == 0);
+  for (int op = 0; op < 2; ++op) {
+    if (op == 0) fill(buf, (size_t)kBlocks * bs, 1);
+    else memset(buf, 0, (size_t)kBlocks * bs);
+    int seen[kBlocks] = {0};
+    int submitted = 0, done = 0, eagain = 0;
+    while (done < kBlocks) {
+      while (submitted < kBlocks) {
+        uint8_t* p = buf + (size_t)submitted * bs;
+        const uint64_t off = (uint64_t)submitted * bs;
+        int rc = op == 0 ? nvmeof_submit_write(vol, p, bs, off, 1000 + submitted)
+                         : nvmeof_submit_read(vol, p, bs, off, 1000 + submitted);
+        if (rc == -EAGAIN) {
+          ++eagain;
+          break;
+        }
+        REQUIRE(rc == 0);
+        ++submitted;
+      }
+      struct pollfd pfd = {efd, POLLIN, 0};
+      REQUIRE(poll(&pfd, 1, 30000) == 1); /* a completion must make the eventfd readable */
+      nvmeof_event ev[8];
+      int n;
+      while ((n = nvmeof_volume_reap(vol, ev, 8)) > 0) {
+        for (int i = 0; i < n; ++i) {
+          CHECK(nvmeof_status_ok(ev[i].status));
+          CHECK(ev[i].op == (op == 0 ? NVMEOF_OP_WRITE : NVMEOF_OP_READ));
+          const uint64_t k = ev[i].cookie - 1000;
+          REQUIRE(k < kBlocks);
+          CHECK(!seen[k]);
+          seen[k] = 1;
+          ++done;
+        }
+      }
+      REQUIRE(n == 0);
+    }
+    CHECK(eagain > 0);
+  }
+  CHECK(verify(buf, (size_t)kBlocks * bs, 1));
+  /* Nothing outstanding: the eventfd must not stay readable. */
+  struct pollfd pfd = {efd, POLLIN, 0};
+  CHECK(poll(&pfd, 1, 0) == 0);
+
+  /* Write zeroes and DSM, then the blocks read back as zeroes (the target zeroes deallocated
+   * blocks). */
+  REQUIRE(nvmeof_submit_write_zeroes(vol, 2 * bs, 0, 7) == 0);
+  static nvmeof_dsm_range range;
+  range.attributes = 0;
+  range.nlb = 2;
+  range.slba = 4;
+  REQUIRE(nvmeof_submit_dsm(vol, &range, 1, 8) == 0);
+  REQUIRE(nvmeof_submit_flush(vol, 9) == 0);
+  int got = 0;
+  while (got < 3) {
+    struct pollfd p2 = {efd, POLLIN, 0};
+    REQUIRE(poll(&p2, 1, 30000) == 1);
+    nvmeof_event ev[4];
+    int n = nvmeof_volume_reap(vol, ev, 4);
+    REQUIRE(n >= 0);
+    for (int i = 0; i < n; ++i) {
+      CHECK(ev[i].cookie >= 7 && ev[i].cookie <= 9);
+      CHECK(nvmeof_status_ok(ev[i].status));
+    }
+    got += n;
+  }
+  uint8_t* z = malloc((size_t)8 * bs);
+  REQUIRE(z);
+  nvmeof_status st = 0xffff;
+  CHECK(nvmeof_read(vol, z, (size_t)8 * bs, 0, &st) == 0);
+  CHECK(st == 0);
+  int zero_ok = 1;
+  for (size_t i = 0; i < 2 * bs; ++i) zero_ok &= z[i] == 0;
+  for (size_t i = 4 * bs; i < 6 * bs; ++i) zero_ok &= z[i] == 0;
+  CHECK(zero_ok);
+  CHECK(memcmp(z + 2 * bs, buf + 2 * bs, 2 * bs) == 0); /* untouched blocks keep their data */
+  free(z);
+
+  char* json = NULL;
+  REQUIRE(nvmeof_volume_stats_json(vol, &json) == 0);
+  CHECK(strstr(json, "\"paths\"") != NULL);
+  CHECK(strstr(json, "\"completed\"") != NULL);
+  nvmeof_string_free(json);
+
+  /* Bad arguments. */
+  CHECK(nvmeof_submit_read(vol, buf, bs - 1, 0, 0) == -EINVAL);   /* not a block multiple */
+  CHECK(nvmeof_submit_read(vol, buf, bs, 1, 0) == -EINVAL);       /* unaligned offset */
+  CHECK(nvmeof_submit_read(vol, buf, 0, 0, 0) == -EINVAL);        /* empty */
+  CHECK(nvmeof_submit_read(vol, NULL, bs, 0, 0) == -EINVAL);
+  CHECK(nvmeof_submit_read(vol, buf, bs, nvmeof_volume_size(vol), 0) == -EINVAL); /* past end */
+  CHECK(nvmeof_submit_write(vol, buf, 2 * bs, nvmeof_volume_size(vol) - bs, 0) == -EINVAL);
+  CHECK(nvmeof_submit_dsm(vol, &range, 0, 0) == -EINVAL);
+  CHECK(nvmeof_read(vol, buf, bs, (uint64_t)1 << 62, NULL) == -EINVAL);
+  CHECK(nvmeof_volume_reap(vol, NULL, 4) == -EINVAL);
+  CHECK(nvmeof_volume_reap(NULL, NULL, 4) == -EINVAL);
+  CHECK(nvmeof_submit_read(NULL, buf, bs, 0, 0) == -EINVAL);
+  nvmeof_event ev1;
+  CHECK(nvmeof_volume_reap(vol, &ev1, 1) == 0); /* the rejected ones queued nothing */
+  nvmeof_buffer_free(buf);
+  CHECK(nvmeof_volume_close(vol) == 0);
+}
+
+struct cb_state {
+  atomic_int done;
+  atomic_int bad;
+  uint8_t* buf;
+  uint32_t bs;
+};
+
+static void on_complete(const nvmeof_event* ev, void* ctx) {
+  struct cb_state* s = ctx;
+  if (!nvmeof_status_ok(ev->status) || ev->cookie >= kBlocks || ev->op != NVMEOF_OP_READ) {
+    fprintf(stderr, "callback: cookie %llu status 0x%x op %u\n", (unsigned long long)ev->cookie,
+            ev->status, ev->op);
+    atomic_fetch_add(&s->bad, 1);
+  }
+  atomic_fetch_add(&s->done, 1);
+}
+
+/* Callback mode: the same data read back (written by the queue-mode test, blocks 6..63 still
+ * carry it), and no event fd, no reap. */
+static void test_callback_mode(const char* addr, const char* nqn) {
+  struct cb_state s;
+  atomic_init(&s.done, 0);
+  atomic_init(&s.bad, 0);
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  o.io_deadline_ms = 2000;
+  o.completion_cb = on_complete;
+  o.completion_ctx = &s;
+  nvmeof_volume* vol = NULL;
+  const char* paths[] = {addr};
+  REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
+  s.bs = nvmeof_volume_block_size(vol);
+  REQUIRE(nvmeof_buffer_alloc((size_t)kBlocks * s.bs, 0, (void**)&s.buf) == 0);
+  CHECK(nvmeof_volume_event_fd(vol) == -EINVAL);
+  nvmeof_event ev;
+  CHECK(nvmeof_volume_reap(vol, &ev, 1) == -EINVAL);
+  for (int i = 0; i < kBlocks; ++i)
+    REQUIRE(nvmeof_submit_read(vol, s.buf + (size_t)i * s.bs, s.bs, (uint64_t)i * s.bs, i) == 0);
+  /* close waits for every read in flight: after it all callbacks have run, successfully. */
+  CHECK(nvmeof_volume_close(vol) == 0);
+  CHECK(atomic_load(&s.done) == kBlocks);
+  CHECK(atomic_load(&s.bad) == 0);
+  uint8_t* expect = malloc((size_t)kBlocks * s.bs);
+  REQUIRE(expect);
+  fill(expect, (size_t)kBlocks * s.bs, 1);
+  CHECK(memcmp(s.buf + 6 * s.bs, expect + 6 * s.bs, (size_t)(kBlocks - 6) * s.bs) == 0);
+  free(expect);
+  nvmeof_buffer_free(s.buf);
+}
+
+static atomic_int log_lines;
+static void on_log(int level, const char* msg, void* ctx) {
+  (void)ctx;
+  if (level >= NVMEOF_LOG_ERROR && strncmp(msg, "nvmeof:", 7) == 0 && !strchr(msg, '\n'))
+    atomic_fetch_add(&log_lines, 1);
+}
+
+static void test_bad_open(const char* nqn) {
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  nvmeof_volume* vol = (nvmeof_volume*)1;
+  const char* bad[] = {"not an address:99999"};
+  CHECK(nvmeof_volume_open(bad, 1, &o, &vol) == -EINVAL);
+  CHECK(vol == NULL);
+  CHECK(nvmeof_volume_open(NULL, 0, &o, &vol) == -EINVAL);
+  const char* ok[] = {"127.0.0.1:4420"};
+  CHECK(nvmeof_volume_open(ok, 1, NULL, &vol) == -EINVAL);
+  nvmeof_volume_options o2 = o;
+  o2.subnqn = NULL;
+  CHECK(nvmeof_volume_open(ok, 1, &o2, &vol) == -EINVAL);
+  o2 = o;
+  o2.queue_depth = 0;
+  CHECK(nvmeof_volume_open(ok, 1, &o2, &vol) == -EINVAL);
+  o2 = o;
+  o2.struct_size = 4;
+  CHECK(nvmeof_volume_open(ok, 1, &o2, &vol) == -EINVAL);
+  CHECK(nvmeof_buffer_alloc(0, -1, (void**)&vol) == -EINVAL);
+  CHECK(strlen(nvmeof_strerror(-EINVAL)) > 0);
+  char sbuf[80];
+  CHECK(strstr(nvmeof_status_str(0x4080, sbuf, sizeof sbuf), "lba") != NULL);
+  CHECK(nvmeof_status_sct(0x4080) == 0 && nvmeof_status_sc(0x4080) == 0x80 &&
+        nvmeof_status_dnr(0x4080));
+
+  /* A port nobody listens on: open fails with an errno and the reason goes to the log hook. */
+  atomic_init(&log_lines, 0);
+  nvmeof_set_log_callback(on_log, NULL);
+  const char* closed[] = {"127.0.0.1:1"};
+  const int rc = nvmeof_volume_open(closed, 1, &o, &vol);
+  CHECK(rc < 0 && rc != -EINVAL);
+  CHECK(vol == NULL);
+  CHECK(atomic_load(&log_lines) > 0);
+  nvmeof_set_log_callback(NULL, NULL);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
+    return 2;
+  }
+  test_queue_mode(argv[1], argv[2]);
+  test_callback_mode(argv[1], argv[2]);
+  test_bad_open(argv[2]);
+  if (failures) {
+    fprintf(stderr, "capi-test: %d checks failed\n", failures);
+    return 1;
+  }
+  printf("capi-test: all checks passed\n");
+  return 0;
+}
