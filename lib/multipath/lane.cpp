@@ -1,6 +1,10 @@
 // The data plane of a volume: one lane per reactor thread, one queue pair per path on it.
 // Everything here runs on the lane's own thread except enqueue() and snapshot().
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <future>
@@ -15,6 +19,17 @@ thread_local Lane* tls_lane = nullptr;
 constexpr uint64_t kMinDeadlineNs = 15'000'000;  // 15 ms: below this a loaded host misfires
 constexpr uint64_t kMaxDeadlineNs = 25'000'000;  // design.md: never above 25 ms
 constexpr double kEwma = 0.1;
+// Adaptive polling: spin at least this long after an event while commands are outstanding
+// (a loopback or LAN completion lands within it), at most kSpinMaxNs; a path slower than
+// kSpinCutoffNs is not spun for at all (its wake-up costs little next to its latency).
+constexpr uint64_t kSpinMinNs = 20'000;
+constexpr uint64_t kSpinMaxNs = 250'000;
+constexpr uint64_t kSpinCutoffNs = 1'000'000;
+// How long a sleeping lane waits per turn: with work in flight or waiting on a list the turn
+// also runs deadlines and releases, so it comes back every millisecond; a quiescent adaptive
+// lane only wakes for a completion, a posted function, a submission or a reactor timer.
+constexpr auto kSleepTurn = std::chrono::microseconds(1000);
+constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -71,6 +86,8 @@ Result<void> Lane::start() {
   auto fut = ready.get_future();
   thread_ = std::thread([this, &ready] {
     tls_lane = this;
+    if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0)
+      cpu_clock_ok_.store(true, std::memory_order_release);
     place_thread();
     // Kernel paths' passthrough commands share the lane's ring when it has big entries.
     ReactorOptions ro;
@@ -102,8 +119,74 @@ void Lane::stop() {
   thread_.join();
 }
 
+uint64_t Lane::cpu_ns() const noexcept {
+  if (!cpu_clock_ok_.load(std::memory_order_acquire)) return 0;
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool Lane::quiescent() const noexcept {
+  return inflight_total_.load(std::memory_order_relaxed) == 0 && waiting_.empty() && fenced_.empty() &&
+         delayed_.empty() && orphans_.empty() && backlog_head_ == nullptr && graveyard_.empty();
+}
+
+uint64_t Lane::spin_budget_ns() const noexcept {
+  double fastest = 0;
+  bool busy = false;
+  for (const auto& lp : paths_) {
+    if (lp->inflight.empty()) continue;
+    if (!busy || lp->latency_ns < fastest) fastest = lp->latency_ns;
+    busy = true;
+  }
+  if (!busy) return 0;
+  // No history yet (a fresh connection): spin the most, the first completion teaches us.
+  if (fastest <= 0) return kSpinMaxNs;
+  if (fastest > static_cast<double>(kSpinCutoffNs)) return 0;
+  return std::clamp(static_cast<uint64_t>(fastest * 1.5), kSpinMinNs, kSpinMaxNs);
+}
+
+void Lane::run_adaptive() {
+  uint64_t spin_until = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (spinning_.load(std::memory_order_relaxed)) {
+      const int n = reactor_->poll(std::chrono::microseconds{0});
+      const uint64_t now = reactor_->now_ns();
+      if (n > 0) {
+        const uint64_t budget = spin_budget_ns();
+        spin_until = budget ? now + budget : 0;
+      }
+      if (now < spin_until) continue;
+      spinning_.store(false, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    // Asleep: the turn inside poll() sees a submission that raced with the flag going down
+    // (enqueue() saw the flag down and wrote the eventfd, or we see its ring entry).
+    const int n = reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
+    if (n > 0) {
+      const uint64_t budget = spin_budget_ns();
+      if (budget) {
+        spin_until = reactor_->now_ns() + budget;
+        spinning_.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
 void Lane::run() {
-  while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds(1000));
+  switch (vol_.opts_.poll) {
+    case PollMode::busy:
+      spinning_.store(true, std::memory_order_relaxed);
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
+      break;
+    case PollMode::adaptive:
+      run_adaptive();
+      break;
+    case PollMode::sleep:
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(kSleepTurn);
+      break;
+  }
+  spinning_.store(false, std::memory_order_seq_cst);
   // Shutdown: nothing is retried any more; whatever is still queued completes with a path error
   // so that no caller waits forever.
   const NvmeStatus gone = NvmeStatus::make(Sct::path, 0x70, true);
@@ -125,7 +208,10 @@ void Lane::run() {
 
 bool Lane::enqueue(VolumeIo* io) noexcept {
   if (!ring_.push(io)) return false;
-  reactor_->wake();
+  // Pairs with the fence after the loop clears spinning_: either it sees this entry or we see
+  // the flag down and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!spinning_.load(std::memory_order_relaxed)) reactor_->wake();
   return true;
 }
 

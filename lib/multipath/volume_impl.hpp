@@ -6,6 +6,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <time.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -158,6 +160,8 @@ class Lane final : public QueuePairListener {
   Snapshot snapshot();
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
+  /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.
+  uint64_t cpu_ns() const noexcept;
   /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
   int node() const noexcept;
 
@@ -165,6 +169,12 @@ class Lane final : public QueuePairListener {
 
  private:
   void run();
+  void run_adaptive();
+  /// How long the adaptive loop spins after an event while commands are outstanding: follows
+  /// the fastest busy path's recent latency; 0 when no completion is due soon enough to spin for.
+  uint64_t spin_budget_ns() const noexcept;
+  /// Nothing outstanding and nothing waiting on a timer-less list: the lane may sleep long.
+  bool quiescent() const noexcept;
   void place_thread() noexcept;  // pinning and memory, on the lane's thread (lane_placement.cpp)
   static int poll_hook(void* self) noexcept;
   int turn() noexcept;
@@ -191,6 +201,12 @@ class Lane final : public QueuePairListener {
   std::unique_ptr<Reactor> reactor_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> ready_{false};
+  // True while the lane's loop spins (busy, or adaptive within its spin window): enqueue()
+  // then skips the wake-up write, the loop sees the ring on its next turn. Cleared (seq_cst,
+  // then the ring re-checked) before the loop sleeps, so no enqueue is missed.
+  std::atomic<bool> spinning_{false};
+  clockid_t cpu_clock_{};
+  std::atomic<bool> cpu_clock_ok_{false};
   MpscRing<VolumeIo> ring_{4096};
   std::vector<std::unique_ptr<LanePath>> paths_;
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O

@@ -29,6 +29,21 @@ Result<SelectorKind> parse_selector(std::string_view s) {
   return Errc::invalid_argument;
 }
 
+const char* to_string(PollMode m) noexcept {
+  switch (m) {
+    case PollMode::busy: return "busy";
+    case PollMode::adaptive: return "adaptive";
+    case PollMode::sleep: return "sleep";
+  }
+  return "unknown";
+}
+
+Result<PollMode> parse_poll_mode(std::string_view s) {
+  for (auto m : {PollMode::busy, PollMode::adaptive, PollMode::sleep})
+    if (s == to_string(m)) return m;
+  return Errc::invalid_argument;
+}
+
 const char* to_string(PathState s) noexcept {
   switch (s) {
     case PathState::connecting: return "connecting";
@@ -79,6 +94,8 @@ VolumeStats Volume::stats() const {
     s.paths.push_back(std::move(ps));
   }
   for (auto& sn : snaps) s.waiting += sn.waiting;
+  s.poll = v.opts_.poll;
+  for (auto& l : v.lanes_) s.reactor_cpu_ns.push_back(l->cpu_ns());
   std::lock_guard lock(v.timeline_mu_);
   s.timeline = v.timeline_;
   return s;
@@ -93,6 +110,8 @@ std::string to_json(const VolumeStats& s) {
   j["completed"] = s.completed;
   j["failed"] = s.failed;
   j["waiting"] = s.waiting;
+  j["poll"] = to_string(s.poll);
+  j["reactor_cpu_ns"] = s.reactor_cpu_ns;
   j["paths"] = json::array();
   for (const auto& p : s.paths) {
     j["paths"].push_back({{"index", p.index}, {"address", p.address}, {"state", to_string(p.state)},
@@ -122,6 +141,12 @@ std::string to_text(const VolumeStats& s) {
   std::snprintf(line, sizeof line, "namespace %u (%s), %u-byte blocks, %llu blocks, selector %s\n",
                 s.ns.nsid, s.ns.id.to_string().c_str(), s.ns.block_size,
                 static_cast<unsigned long long>(s.ns.size_blocks), to_string(s.selector));
+  out += line;
+  uint64_t cpu_ns = 0;
+  for (uint64_t c : s.reactor_cpu_ns) cpu_ns += c;
+  std::snprintf(line, sizeof line, "  poll %s, %zu reactors, reactor CPU %.3f s, %.2f us per completed I/O\n",
+                to_string(s.poll), s.reactor_cpu_ns.size(), static_cast<double>(cpu_ns) / 1e9,
+                s.completed ? static_cast<double>(cpu_ns) / 1e3 / static_cast<double>(s.completed) : 0.0);
   out += line;
   for (const auto& p : s.paths) {
     std::snprintf(line, sizeof line,
