@@ -134,6 +134,10 @@ struct PathStats {
   LatencyPercentiles latency;
   uint64_t errors = 0;       ///< failed completions seen on this path (retried or not)
   uint64_t retries = 0;      ///< I/Os resubmitted away from this path or on it
+  /// Reads past their deadline on this path re-issued on another one (the path not failed:
+  /// slow is not dead), and how many of them the other path answered first.
+  uint64_t hedges = 0;
+  uint64_t hedge_wins = 0;
   uint64_t failovers = 0;    ///< times this path failed
   uint64_t reconnects = 0;
   uint16_t cqt_ms = 0;

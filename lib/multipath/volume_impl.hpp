@@ -83,6 +83,16 @@ struct Attempt {
   uint32_t attempts = 0;     // submissions made so far
   int event = -1;            // failover this piece was moved by
   int exclude = -1;          // path to avoid on the next issue
+  // Hedging (a read past its deadline re-issued on another path). The primary reads into the
+  // application's buffer, its hedge into `bounce` (its own), so the loser never writes where
+  // the winner's data went back to the application: the primary's transport drops its data once
+  // the hedge won (QueuePair::detach_data), or, when it cannot promise that, the piece completes
+  // only when the primary does.
+  enum class Role : uint8_t { plain, primary, hedge } role = Role::plain;
+  Attempt* twin = nullptr;     // the other attempt of a hedged read while both are in flight
+  bool abandoned = false;      // its result is not wanted: freed when it completes
+  bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
+  std::unique_ptr<uint8_t[]> bounce;  // hedge: where its data lands
   AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
   Attempt* next = nullptr;
@@ -118,6 +128,15 @@ struct LanePath {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> hedges{0};      // reads past their deadline here re-issued elsewhere
+  std::atomic<uint64_t> hedge_wins{0};  // of those, the ones the other path answered first
+  // The probe of a silent path: a one-block read on its I/O queue, sent when its oldest command
+  // passes the deadline; any answer (the probe's or another command's) shows it alive.
+  IoRequest probe;
+  std::unique_ptr<uint8_t[]> probe_buf;
+  bool probe_inflight = false;
+  uint32_t probe_generation = 0;
+  uint64_t probe_sent_ns = 0;
   LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
 };
 
@@ -184,6 +203,17 @@ class Lane final : public QueuePairListener {
   void issue(Attempt& a) noexcept;
   void finish_piece(Attempt& a, NvmeStatus st) noexcept;
   void fail_path_here(int p, const std::string& cause) noexcept;
+  /// Deadline handling of path `p` (its oldest command is past the deadline).
+  void check_deadline(int p, uint64_t now) noexcept;
+  bool hedge(Attempt& a) noexcept;
+  void send_probe(int p, uint64_t now) noexcept;
+  static void on_probe(IoRequest& req, const Cqe& cqe) noexcept;
+  /// Frees an attempt whose result nobody waits for (an abandoned twin).
+  void drop_attempt(Attempt& a) noexcept;
+  /// A hedged pair's completion: true when it was handled (the caller returns).
+  bool settle_hedge(Attempt& a, NvmeStatus st) noexcept;
+  bool other_path_usable(int p) noexcept;
+  uint64_t dead_after_ns(const LanePath& lp) const noexcept;
   void orphan_inflight(LanePath& lp) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
   void refresh_views() noexcept;

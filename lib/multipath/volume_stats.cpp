@@ -82,6 +82,8 @@ VolumeStats Volume::stats() const {
       ps.bytes += lp.bytes.load(std::memory_order_relaxed);
       ps.errors += lp.errors.load(std::memory_order_relaxed);
       ps.retries += lp.retries.load(std::memory_order_relaxed);
+      ps.hedges += lp.hedges.load(std::memory_order_relaxed);
+      ps.hedge_wins += lp.hedge_wins.load(std::memory_order_relaxed);
       h.merge(snaps[l].latency[p]);
       ps.outstanding += snaps[l].outstanding[p];
     }
@@ -121,7 +123,8 @@ std::string to_json(const VolumeStats& s) {
                           {"latency_us", {{"p50", p.latency.p50_us}, {"p99", p.latency.p99_us},
                                           {"p99_9", p.latency.p999_us}, {"max", p.latency.max_us},
                                           {"mean", p.latency.mean_us}}},
-                          {"errors", p.errors}, {"retries", p.retries}, {"failovers", p.failovers},
+                          {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
+                          {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers},
                           {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms}});
   }
   j["timeline"] = json::array();
@@ -151,10 +154,11 @@ std::string to_text(const VolumeStats& s) {
   for (const auto& p : s.paths) {
     std::snprintf(line, sizeof line,
                   "  path %d %-22s %-10s ana %-15s grp %u  ios %llu  iops %.0f  lat p50 %.1f us p99 %.1f us  "
-                  "err %llu retry %llu failover %llu reconnect %llu\n",
+                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu\n",
                   p.index, p.address.c_str(), to_string(p.state), to_string(p.ana_state), p.ana_group,
                   static_cast<unsigned long long>(p.ios), p.iops, p.latency.p50_us, p.latency.p99_us,
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
+                  static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
                   static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
     out += line;
   }
