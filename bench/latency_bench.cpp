@@ -1,13 +1,18 @@
 // QD1 4 KiB read latency through nvmeof (a Volume over one NVMe/TCP path to the embedded target)
-// side by side with the floor any user-space NVMe/TCP initiator sits on: a raw io_uring TCP
-// ping-pong between two threads on the same loopback, moving the same bytes (a 72-byte command
-// capsule one way, a 24-byte C2HData header plus 4 KiB the other). The two alternate in rounds so
-// drift of a shared machine hits both alike; the report gives each and their ratio. Then IOPS of
-// 4 KiB random reads at QD 32 on one reactor.
+// in each reactor poll mode, side by side with the floors any user-space NVMe/TCP initiator sits
+// on: raw io_uring TCP ping-pongs between two threads on the same loopback, moving the same bytes
+// (a 72-byte command capsule one way, a 24-byte C2HData header plus 4 KiB the other), one where
+// both ends busy-poll the completion ring (the floor a polling initiator and target reach) and
+// one where both sleep in io_uring_wait_cqe. `--mechanics` adds busy ping-pongs with other
+// io_uring set-ups. Every row alternates in rounds so drift of a shared machine hits all alike;
+// the report gives each, the initiator side's CPU per I/O and the ratio to the busy floor. Then
+// IOPS of 4 KiB random reads at QD 32 on one reactor in each mode.
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,9 +52,71 @@ uint64_t now_ns() {
 
 enum class Direction : uint8_t { send, recv };
 
+// How a ping-pong side waits for its completion; each is an io_uring mechanic a reactor could
+// use (the "physical floor" rows of the report).
+enum class Wait : uint8_t {
+  sleep,      // io_uring_submit_and_wait: a wake-up per completion (what a sleeping reactor pays)
+  peek,       // submit, then spin peeking the CQ ring; task work interrupts us (default setup)
+  coop,       // COOP_TASKRUN | TASKRUN_FLAG: spin peeking, enter (GETEVENTS, no wait) when flagged
+  defer,      // SINGLE_ISSUER | DEFER_TASKRUN: spin on io_uring_get_events (no wait)
+  defer_regfd,  // defer, with the ring fd registered (io_uring_register_ring_fd)
+  sqpoll,     // SQPOLL: a kernel thread submits; spin peeking the CQ ring
+};
+
+const char* to_string(Wait w) {
+  switch (w) {
+    case Wait::sleep: return "sleep";
+    case Wait::peek: return "busy: peek CQ";
+    case Wait::coop: return "busy: COOP_TASKRUN, enter on flag";
+    case Wait::defer: return "busy: DEFER_TASKRUN, get_events";
+    case Wait::defer_regfd: return "busy: DEFER_TASKRUN + reg. ring fd";
+    case Wait::sqpoll: return "busy: SQPOLL, peek CQ";
+  }
+  return "?";
+}
+
+int init_ring(io_uring& ring, Wait w) {
+  io_uring_params p{};
+  switch (w) {
+    case Wait::sleep:
+    case Wait::peek: break;
+    case Wait::coop: p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG; break;
+    case Wait::defer:
+    case Wait::defer_regfd: p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN; break;
+    case Wait::sqpoll:
+      p.flags = IORING_SETUP_SQPOLL;
+      p.sq_thread_idle = 1000;
+      break;
+  }
+  const int r = io_uring_queue_init_params(8, &ring, &p);
+  if (r == 0 && w == Wait::defer_regfd) io_uring_register_ring_fd(&ring);
+  return r;
+}
+
+// One completion, waited for as `w` says.
+bool wait_one(io_uring& ring, Wait w, int& res) {
+  io_uring_cqe* cqe = nullptr;
+  if (w == Wait::sleep) {
+    if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_wait_cqe(&ring, &cqe) != 0) return false;
+  } else {
+    if (io_uring_submit(&ring) < 0) return false;
+    for (;;) {
+      if (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe) break;
+      if (w == Wait::defer || w == Wait::defer_regfd) {
+        io_uring_get_events(&ring);
+      } else if (w == Wait::coop) {
+        if (IO_URING_READ_ONCE(*ring.sq.kflags) & IORING_SQ_TASKRUN) io_uring_get_events(&ring);
+      }
+    }
+  }
+  res = cqe->res;
+  io_uring_cqe_seen(&ring, cqe);
+  return true;
+}
+
 // Sends or receives exactly `len` bytes through the ring, one SQE at a time as a QD1 initiator
 // would. Returns false when the peer closed or on an error.
-bool ring_io(io_uring& ring, int fd, void* buf, size_t len, Direction dir) {
+bool ring_io(io_uring& ring, Wait w, int fd, void* buf, size_t len, Direction dir) {
   auto* p = static_cast<uint8_t*>(buf);
   while (len > 0) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
@@ -58,27 +125,35 @@ bool ring_io(io_uring& ring, int fd, void* buf, size_t len, Direction dir) {
     } else {
       io_uring_prep_recv(sqe, fd, p, len, 0);
     }
-    io_uring_submit_and_wait(&ring, 1);
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_wait_cqe(&ring, &cqe) != 0) return false;
-    const int res = cqe->res;
-    io_uring_cqe_seen(&ring, cqe);
-    if (res <= 0) return false;
+    int res = 0;
+    if (!wait_one(ring, w, res) || res <= 0) return false;
     p += res;
     len -= static_cast<size_t>(res);
   }
   return true;
 }
 
-bool send_all(io_uring& ring, int fd, void* buf, size_t len) {
-  return ring_io(ring, fd, buf, len, Direction::send);
-}
-bool recv_all(io_uring& ring, int fd, void* buf, size_t len) {
-  return ring_io(ring, fd, buf, len, Direction::recv);
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+void pin_self(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// A client (the calling thread) and a server thread on one loopback connection; the client
+// waits as `client`, the server as `server` (a polling floor polls on both ends, as SPDK's
+// initiator and target do).
 class PingPong {
  public:
+  PingPong(Wait client, Wait server, int server_cpu) : client_(client), server_wait_(server), server_cpu_(server_cpu) {}
+
   // Listens on an ephemeral loopback port, starts the server thread, connects.
   bool start() {
     listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
@@ -94,28 +169,32 @@ class PingPong {
     client_fd_ = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(client_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
     set_nodelay(client_fd_);
-    return io_uring_queue_init(8, &ring_, 0) == 0;
+    ring_ok_ = init_ring(ring_, client_) == 0;
+    return ring_ok_;
   }
 
   ~PingPong() {
     if (client_fd_ >= 0) close(client_fd_);
     if (server_.joinable()) server_.join();
     if (listen_fd_ >= 0) close(listen_fd_);
-    io_uring_queue_exit(&ring_);
+    if (ring_ok_) io_uring_queue_exit(&ring_);
   }
 
-  // Round trips for `duration`, each recorded in `h`.
-  bool run(std::chrono::nanoseconds duration, LatencyHistogram& h) {
+  // Round trips for `duration`, each recorded in `h`; the client thread's CPU time is added to
+  // `cpu_ns`.
+  bool run(std::chrono::nanoseconds duration, LatencyHistogram& h, uint64_t& cpu_ns) {
     std::vector<uint8_t> cmd(kCommandBytes, 0x5a), reply(kReplyBytes);
+    const uint64_t cpu0 = thread_cpu_ns();
     const uint64_t end = now_ns() + static_cast<uint64_t>(duration.count());
-    while (now_ns() < end) {
+    bool ok = true;
+    while (ok && now_ns() < end) {
       const uint64_t t0 = now_ns();
-      if (!send_all(ring_, client_fd_, cmd.data(), cmd.size()) ||
-          !recv_all(ring_, client_fd_, reply.data(), reply.size()))
-        return false;
-      h.record(now_ns() - t0);
+      ok = ring_io(ring_, client_, client_fd_, cmd.data(), cmd.size(), Direction::send) &&
+           ring_io(ring_, client_, client_fd_, reply.data(), reply.size(), Direction::recv);
+      if (ok) h.record(now_ns() - t0);
     }
-    return true;
+    cpu_ns += thread_cpu_ns() - cpu0;
+    return ok;
   }
 
  private:
@@ -125,23 +204,27 @@ class PingPong {
   }
 
   void serve() {
+    pin_self(server_cpu_);
     const int fd = accept(listen_fd_, nullptr, nullptr);
     if (fd < 0) return;
     set_nodelay(fd);
     io_uring ring{};
-    if (io_uring_queue_init(8, &ring, 0) == 0) {
+    if (init_ring(ring, server_wait_) == 0) {
       std::vector<uint8_t> cmd(kCommandBytes), reply(kReplyBytes, 0xa5);
-      while (recv_all(ring, fd, cmd.data(), cmd.size()) &&
-             send_all(ring, fd, reply.data(), reply.size())) {
+      while (ring_io(ring, server_wait_, fd, cmd.data(), cmd.size(), Direction::recv) &&
+             ring_io(ring, server_wait_, fd, reply.data(), reply.size(), Direction::send)) {
       }
       io_uring_queue_exit(&ring);
     }
     close(fd);
   }
 
+  Wait client_, server_wait_;
+  int server_cpu_;
   int listen_fd_ = -1;
   int client_fd_ = -1;
   io_uring ring_{};
+  bool ring_ok_ = false;
   std::thread server_;
 };
 
@@ -245,20 +328,49 @@ nlohmann::json latency_json(const LatencyHistogram& h) {
           {"mean_us", std::round(h.mean() / 10.0) / 100.0}};
 }
 
+struct Row {
+  std::string name;
+  LatencyHistogram h;
+  uint64_t cpu_ns = 0;  // the initiator side's thread CPU (the reactor's, the client's)
+  int64_t ios = 0;
+};
+
+nlohmann::json row_json(const Row& r, double seconds) {
+  nlohmann::json j = latency_json(r.h);
+  const auto n = static_cast<double>(r.h.count());
+  j["cpu_us_per_io"] = n > 0 ? std::round(static_cast<double>(r.cpu_ns) / 1e3 / n * 100.0) / 100.0 : 0.0;
+  if (r.ios > 0) j["iops"] = std::round(static_cast<double>(r.ios) / seconds);
+  return j;
+}
+
+uint64_t reactor_cpu(const nvmeof::Volume& v) {
+  uint64_t sum = 0;
+  for (uint64_t c : v.stats().reactor_cpu_ns) sum += c;
+  return sum;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"latency_bench: nvmeof QD1 read latency against a raw io_uring TCP ping-pong, and "
-               "QD32 IOPS on one reactor"};
+  CLI::App app{"latency_bench: nvmeof QD1 read latency in each reactor poll mode against raw io_uring "
+               "TCP ping-pong floors (sleeping and busy-polling), and QD32 IOPS per mode"};
   double seconds = 3.0;
   unsigned rounds = 3;
   unsigned depth = 32;
   bool json_out = false;
+  bool mechanics = false;
+  int client_cpu = std::thread::hardware_concurrency() >= 2 ? 0 : -1;
+  int server_cpu = std::thread::hardware_concurrency() >= 2 ? 1 : -1;
   app.add_option("--seconds", seconds, "time per measurement (split across the rounds)")
       ->check(CLI::Range(0.1, 600.0));
-  app.add_option("--rounds", rounds, "alternations of the two QD1 measurements")
+  app.add_option("--rounds", rounds, "alternations of the QD1 measurements")
       ->check(CLI::Range(1u, 100u));
-  app.add_option("--iodepth", depth, "queue depth of the IOPS run")->check(CLI::Range(1u, 1024u));
+  app.add_option("--iodepth", depth, "queue depth of the IOPS runs")->check(CLI::Range(1u, 1024u));
+  app.add_option("--client-cpu", client_cpu, "CPU of the initiator side (reactor, ping-pong client); -1: unpinned");
+  app.add_option("--server-cpu", server_cpu, "CPU of the target side (embedded target, ping-pong server); -1: unpinned");
+  app.add_flag("--mechanics", mechanics,
+               "also measure busy ping-pongs with other io_uring mechanics (COOP_TASKRUN, DEFER_TASKRUN, "
+               "registered ring fd, SQPOLL)");
   app.add_flag("--json", json_out, "print JSON");
   try {
     app.parse(argc, argv);
@@ -266,6 +378,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // The target's threads inherit the affinity of the thread that starts it.
+  pin_self(server_cpu);
   nvmeof::TargetOptions topts;
   topts.ports[0].trsvcid = "0";
   auto target = nvmeof::Target::start(topts);
@@ -273,74 +387,120 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "latency_bench: target: %s\n", target.error().message().c_str());
     return 1;
   }
-  nvmeof::VolumeOptions vopts;
-  vopts.paths = {*nvmeof::TransportAddress::parse((*target)->port_address(0))};
-  vopts.connect.subnqn = topts.subsystems[0].nqn;
-  vopts.reactors = 1;
-  auto volume = nvmeof::Volume::open(vopts);
-  if (!volume) {
-    std::fprintf(stderr, "latency_bench: volume: %s\n", volume.error().message().c_str());
-    return 1;
-  }
-  PingPong pingpong;
-  if (!pingpong.start()) {
-    std::fprintf(stderr, "latency_bench: ping-pong set-up: %s\n", std::strerror(errno));
-    return 1;
+  pin_self(client_cpu);
+
+  const nvmeof::PollMode modes[] = {nvmeof::PollMode::busy, nvmeof::PollMode::adaptive, nvmeof::PollMode::sleep};
+  // One volume at a time: a busy reactor left running would steal the CPU the others measure on.
+  auto open_volume = [&](nvmeof::PollMode mode) -> std::unique_ptr<nvmeof::Volume> {
+    nvmeof::VolumeOptions vopts;
+    vopts.paths = {*nvmeof::TransportAddress::parse((*target)->port_address(0))};
+    vopts.connect.subnqn = topts.subsystems[0].nqn;
+    vopts.reactors = 1;
+    vopts.poll = mode;
+    if (client_cpu >= 0) vopts.cpus = {client_cpu};
+    else vopts.placement = nvmeof::PlacementMode::unpinned;
+    auto v = nvmeof::Volume::open(vopts);
+    if (!v) {
+      std::fprintf(stderr, "latency_bench: volume: %s\n", v.error().message().c_str());
+      return nullptr;
+    }
+    return std::move(*v);
+  };
+  // QD`qd` reads on a fresh volume in `mode` for `d`, after a short warm-up.
+  auto run_volume = [&](nvmeof::PollMode mode, unsigned qd, std::chrono::nanoseconds d, Row& row) {
+    auto v = open_volume(mode);
+    if (!v) return false;
+    ReadLoop loop(*v, qd);
+    LatencyHistogram warm;
+    if (loop.run(std::chrono::milliseconds(100), warm) < 0) return false;
+    const uint64_t cpu0 = reactor_cpu(*v);
+    const int64_t ios = loop.run(d, row.h);
+    row.cpu_ns += reactor_cpu(*v) - cpu0;
+    if (ios < 0) return false;
+    row.ios += ios;
+    return true;
+  };
+  auto run_pingpong = [&](Wait client, Wait server, std::chrono::nanoseconds d, Row& row) {
+    PingPong pp(client, server, server_cpu);
+    if (!pp.start()) {
+      std::fprintf(stderr, "latency_bench: ping-pong set-up (%s): %s\n", to_string(client), std::strerror(errno));
+      return false;
+    }
+    LatencyHistogram warm;
+    uint64_t warm_cpu = 0;
+    return pp.run(std::chrono::milliseconds(50), warm, warm_cpu) && pp.run(d, row.h, row.cpu_ns);
+  };
+
+  struct Floor {
+    Wait client, server;
+    Row row;
+  };
+  std::vector<Floor> floors = {{Wait::peek, Wait::peek, {"pingpong_busy", {}, 0, 0}},
+                               {Wait::sleep, Wait::sleep, {"pingpong_sleep", {}, 0, 0}}};
+  if (mechanics)
+    for (Wait w : {Wait::coop, Wait::defer, Wait::defer_regfd, Wait::sqpoll})
+      floors.push_back({w, Wait::peek, {std::string("pingpong_") + to_string(w), {}, 0, 0}});
+  std::vector<Row> qd1, qdn;
+  for (auto m : modes) {
+    qd1.push_back({std::string("nvmeof_") + nvmeof::to_string(m), {}, 0, 0});
+    qdn.push_back({std::string("nvmeof_") + nvmeof::to_string(m), {}, 0, 0});
   }
 
   const auto slice = std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9 / rounds));
-  LatencyHistogram ours, baseline, warmup, qd_lat;
   int rc = 0;
-  {
-    ReadLoop qd1(**volume, 1);
-    if (qd1.run(std::chrono::milliseconds(200), warmup) < 0 ||
-        !pingpong.run(std::chrono::milliseconds(200), warmup))
-      rc = 1;
-    for (unsigned r = 0; r < rounds && rc == 0; ++r) {
-      if (!pingpong.run(slice, baseline) || qd1.run(slice, ours) < 0) rc = 1;
-    }
+  // Alternating rounds, so that drift of a shared machine hits every row alike.
+  for (unsigned r = 0; r < rounds && rc == 0; ++r) {
+    for (Floor& f : floors)
+      if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
+    for (size_t i = 0; i < std::size(modes) && rc == 0; ++i)
+      if (!run_volume(modes[i], 1, slice, qd1[i])) rc = 1;
+    for (size_t i = 0; i < std::size(modes) && rc == 0; ++i)
+      if (!run_volume(modes[i], depth, slice, qdn[i])) rc = 1;
   }
-  ReadLoop qd_n(**volume, depth);
-  const auto iops_time = std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
-  const int64_t ios = rc == 0 ? qd_n.run(iops_time, qd_lat) : -1;
-  if (ios < 0) rc = 1;
-  const double iops = ios > 0 ? static_cast<double>(ios) / seconds : 0.0;
-  if (rc != 0) std::fprintf(stderr, "latency_bench: an I/O failed\n");
+  if (rc != 0) std::fprintf(stderr, "latency_bench: a measurement failed\n");
 
-  auto ratio = [](uint64_t a, uint64_t b) {
-    return b ? std::round(static_cast<double>(a) / static_cast<double>(b) * 100.0) / 100.0 : 0.0;
-  };
-  const nlohmann::json j = {
-      {"qd1_read_4k",
-       {{"nvmeof", latency_json(ours)},
-        {"io_uring_tcp_pingpong", latency_json(baseline)},
-        {"ratio_p50", ratio(ours.percentile(50), baseline.percentile(50))},
-        {"ratio_p99", ratio(ours.percentile(99), baseline.percentile(99))}}},
-      {"randread_4k_qd",
-       {{"iodepth", depth},
-        {"reactors", 1},
-        {"iops", std::round(iops)},
-        {"mib_per_s", std::round(iops * kReadBytes / (1024.0 * 1024.0) * 10.0) / 10.0},
-        {"latency", latency_json(qd_lat)}}},
-      {"ok", rc == 0}};
+  const Row& floor = floors[0].row;
+  auto ratio = [](double a, double b) { return b > 0 ? std::round(a / b * 100.0) / 100.0 : 0.0; };
+  nlohmann::json jq = nlohmann::json::object(), jn = nlohmann::json::object();
+  for (const Floor& f : floors) jq[f.row.name] = row_json(f.row, seconds);
+  for (const Row& r : qd1) {
+    nlohmann::json x = row_json(r, seconds);
+    x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));
+    x["ratio_mean_to_busy_floor"] = ratio(r.h.mean(), floor.h.mean());
+    x["ratio_p99_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(99)), static_cast<double>(floor.h.percentile(99)));
+    jq[r.name] = x;
+  }
+  for (const Row& r : qdn) jn[r.name] = row_json(r, seconds);
+  const nlohmann::json j = {{"config", {{"seconds", seconds}, {"rounds", rounds}, {"client_cpu", client_cpu},
+                                        {"server_cpu", server_cpu}}},
+                            {"qd1_read_4k", jq},
+                            {"randread_4k_qd", {{"iodepth", depth}, {"reactors", 1}, {"modes", jn}}},
+                            {"ok", rc == 0}};
   if (json_out) {
     std::cout << j.dump(2) << "\n";
     return rc;
   }
-  const auto& q = j["qd1_read_4k"];
-  std::printf("QD1 4 KiB read, loopback (us)      p50      p99    p99.9     mean\n");
-  for (const char* name : {"nvmeof", "io_uring_tcp_pingpong"}) {
-    const auto& x = q[name];
-    std::printf("  %-28s %8.2f %8.2f %8.2f %8.2f  (%llu I/Os)\n", name,
-                x["p50_us"].get<double>(), x["p99_us"].get<double>(), x["p999_us"].get<double>(),
-                x["mean_us"].get<double>(),
-                static_cast<unsigned long long>(x["ios"].get<uint64_t>()));
+  std::printf("QD1 4 KiB read, loopback, initiator CPU %d, target CPU %d\n", client_cpu, server_cpu);
+  std::printf("  %-40s %8s %8s %8s %8s %10s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
+              "p50/fl", "mean/fl");
+  auto print_row = [&](const Row& r) {
+    const auto n = static_cast<double>(r.h.count());
+    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
+                static_cast<double>(r.h.percentile(50)) / 1e3, static_cast<double>(r.h.percentile(99)) / 1e3,
+                static_cast<double>(r.h.percentile(99.9)) / 1e3, r.h.mean() / 1e3,
+                n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
+                ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50))),
+                ratio(r.h.mean(), floor.h.mean()),
+                static_cast<unsigned long long>(r.h.count()));
+  };
+  for (const Floor& f : floors) print_row(f.row);
+  for (const Row& r : qd1) print_row(r);
+  std::printf("4 KiB randread QD%u, one reactor\n", depth);
+  for (const Row& r : qdn) {
+    const auto n = static_cast<double>(r.h.count());
+    std::printf("  %-16s %9.0f IOPS  p50 %8.2f us  p99 %8.2f us  CPU/IO %6.2f us\n", r.name.c_str(),
+                static_cast<double>(r.ios) / seconds, static_cast<double>(r.h.percentile(50)) / 1e3,
+                static_cast<double>(r.h.percentile(99)) / 1e3, n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0);
   }
-  std::printf("  ratio nvmeof / ping-pong:     p50 %.2fx, p99 %.2fx\n", q["ratio_p50"].get<double>(),
-              q["ratio_p99"].get<double>());
-  std::printf("4 KiB randread QD%u, one reactor: %.0f IOPS (%.1f MiB/s), p50 %.2f us, p99 %.2f us\n",
-              depth, iops, iops * kReadBytes / (1024.0 * 1024.0),
-              j["randread_4k_qd"]["latency"]["p50_us"].get<double>(),
-              j["randread_4k_qd"]["latency"]["p99_us"].get<double>());
   return rc;
 }

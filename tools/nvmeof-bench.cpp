@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
   vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
   vo.selector = o.selector;
   vo.reactors = o.reactors;
+  vo.poll = o.poll;
   vo.placement = o.placement;
   vo.cpus = o.cpus;
   vo.memory_node = o.memory_node;
@@ -238,6 +239,8 @@ int main(int argc, char** argv) {
     report.timed = work.totals(Phase::timed);
 
     const VolumeStats at_end = volume->stats();
+    for (size_t i = 0; i < at_end.reactor_cpu_ns.size(); ++i)
+      report.reactor_cpu_ns += at_end.reactor_cpu_ns[i] - (i < at_start.reactor_cpu_ns.size() ? at_start.reactor_cpu_ns[i] : 0);
     const VolumeStats& at_fault = report.fault.injected ? faults.snapshot() : at_end;
     for (const PathStats& p : at_end.paths) {
       PathReport pr;

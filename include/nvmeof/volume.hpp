@@ -37,6 +37,22 @@ enum class FenceMode : uint8_t {
 const char* to_string(SelectorKind k) noexcept;
 Result<SelectorKind> parse_selector(std::string_view s);
 
+/// How a volume's reactor threads wait for completions.
+enum class PollMode : uint8_t {
+  /// Never sleeps: reaps and submits in a loop (a completion is seen the moment it lands). Costs
+  /// a whole CPU per reactor, idle or not (VolumeStats::reactor_cpu_ns shows it).
+  busy,
+  /// Spins after an event while commands are outstanding, for a bounded time that follows the
+  /// paths' recent latency (a completion due soon is not paid for with a wake-up), then sleeps.
+  /// An idle volume sleeps: it costs no CPU.
+  adaptive,
+  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion).
+  sleep,
+};
+const char* to_string(PollMode m) noexcept;
+/// "busy", "adaptive", "sleep". Errc::invalid_argument otherwise.
+Result<PollMode> parse_poll_mode(std::string_view s);
+
 struct VolumeOptions {
   std::vector<TransportAddress> paths;   ///< one entry per path (controller)
   ConnectOptions connect;                ///< subnqn, digests, queue depth, KATO
@@ -45,6 +61,7 @@ struct VolumeOptions {
   SelectorKind selector = SelectorKind::service_time;
   uint32_t round_robin_ios = 1;          ///< I/Os per turn for round_robin
   unsigned reactors = 1;                 ///< data-plane threads
+  PollMode poll = PollMode::adaptive;    ///< how the reactor threads wait
   /// NUMA placement (nvmeof/topology.hpp). numa: reactor i is pinned to cpus[i % size] (or, when
   /// `cpus` is empty, to a chosen CPU: the nodes interleaved, nodes carrying a path first), its
   /// request pool and queue-pair buffers sit on its node, and its path choice knows the distance
@@ -117,6 +134,10 @@ struct PathStats {
   LatencyPercentiles latency;
   uint64_t errors = 0;       ///< failed completions seen on this path (retried or not)
   uint64_t retries = 0;      ///< I/Os resubmitted away from this path or on it
+  /// Reads past their deadline on this path re-issued on another one (the path not failed:
+  /// slow is not dead), and how many of them the other path answered first.
+  uint64_t hedges = 0;
+  uint64_t hedge_wins = 0;
   uint64_t failovers = 0;    ///< times this path failed
   uint64_t reconnects = 0;
   uint16_t cqt_ms = 0;
@@ -144,6 +165,10 @@ struct VolumeStats {
   uint64_t completed = 0;
   uint64_t failed = 0;           ///< completed with an error status to the application
   uint64_t waiting = 0;          ///< I/Os queued for a usable path right now
+  PollMode poll = PollMode::adaptive;
+  /// CPU time each reactor thread has used since it started (its thread CPU clock): what the
+  /// poll mode costs, to set against `completed`.
+  std::vector<uint64_t> reactor_cpu_ns;
 };
 
 /// Text and JSON (snake_case keys, arrays always arrays) forms of the stats.

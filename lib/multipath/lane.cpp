@@ -1,8 +1,13 @@
 // The data plane of a volume: one lane per reactor thread, one queue pair per path on it.
 // Everything here runs on the lane's own thread except enqueue() and snapshot().
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <future>
 
 #include "multipath/retry_policy.hpp"
@@ -16,6 +21,22 @@ thread_local Lane* tls_lane = nullptr;
 constexpr uint64_t kMinDeadlineNs = 15'000'000;  // 15 ms: below this a loaded host misfires
 constexpr uint64_t kMaxDeadlineNs = 25'000'000;  // design.md: never above 25 ms
 constexpr double kEwma = 0.1;
+// Adaptive polling: spin at least this long after an event while commands are outstanding
+// (a loopback or LAN completion lands within it), at most kSpinMaxNs; a path slower than
+// kSpinCutoffNs is not spun for at all (its wake-up costs little next to its latency).
+constexpr uint64_t kSpinMinNs = 20'000;
+constexpr uint64_t kSpinMaxNs = 250'000;
+constexpr uint64_t kSpinCutoffNs = 1'000'000;
+// How long a sleeping lane waits per turn: with work in flight or waiting on a list the turn
+// also runs deadlines and releases, so it comes back every millisecond; a quiescent adaptive
+// lane only wakes for a completion, a posted function, a submission or a reactor timer.
+constexpr auto kSleepTurn = std::chrono::microseconds(1000);
+constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
+// Slow is not dead: a path whose oldest command is past the deadline while it completes nothing
+// gets its reads hedged elsewhere and a probe; it is failed only once it has been silent this
+// long (the failover budget), so a path answering within 40 ms is never failed for being slow.
+// With an explicit io_deadline: twice that deadline.
+constexpr uint64_t kDeadSilenceNs = 50'000'000;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -72,6 +93,8 @@ Result<void> Lane::start() {
   auto fut = ready.get_future();
   thread_ = std::thread([this, &ready] {
     tls_lane = this;
+    if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0)
+      cpu_clock_ok_.store(true, std::memory_order_release);
     place_thread();
     // Kernel paths' passthrough commands share the lane's ring when it has big entries.
     ReactorOptions ro;
@@ -103,8 +126,74 @@ void Lane::stop() {
   thread_.join();
 }
 
+uint64_t Lane::cpu_ns() const noexcept {
+  if (!cpu_clock_ok_.load(std::memory_order_acquire)) return 0;
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool Lane::quiescent() const noexcept {
+  return inflight_total_.load(std::memory_order_relaxed) == 0 && waiting_.empty() && fenced_.empty() &&
+         delayed_.empty() && orphans_.empty() && backlog_head_ == nullptr && graveyard_.empty();
+}
+
+uint64_t Lane::spin_budget_ns() const noexcept {
+  double fastest = 0;
+  bool busy = false;
+  for (const auto& lp : paths_) {
+    if (lp->inflight.empty()) continue;
+    if (!busy || lp->latency_ns < fastest) fastest = lp->latency_ns;
+    busy = true;
+  }
+  if (!busy) return 0;
+  // No history yet (a fresh connection): spin the most, the first completion teaches us.
+  if (fastest <= 0) return kSpinMaxNs;
+  if (fastest > static_cast<double>(kSpinCutoffNs)) return 0;
+  return std::clamp(static_cast<uint64_t>(fastest * 1.5), kSpinMinNs, kSpinMaxNs);
+}
+
+void Lane::run_adaptive() {
+  uint64_t spin_until = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (spinning_.load(std::memory_order_relaxed)) {
+      const int n = reactor_->poll(std::chrono::microseconds{0});
+      const uint64_t now = reactor_->now_ns();
+      if (n > 0) {
+        const uint64_t budget = spin_budget_ns();
+        spin_until = budget ? now + budget : 0;
+      }
+      if (now < spin_until) continue;
+      spinning_.store(false, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    // Asleep: the turn inside poll() sees a submission that raced with the flag going down
+    // (enqueue() saw the flag down and wrote the eventfd, or we see its ring entry).
+    const int n = reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
+    if (n > 0) {
+      const uint64_t budget = spin_budget_ns();
+      if (budget) {
+        spin_until = reactor_->now_ns() + budget;
+        spinning_.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
 void Lane::run() {
-  while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds(1000));
+  switch (vol_.opts_.poll) {
+    case PollMode::busy:
+      spinning_.store(true, std::memory_order_relaxed);
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
+      break;
+    case PollMode::adaptive:
+      run_adaptive();
+      break;
+    case PollMode::sleep:
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(kSleepTurn);
+      break;
+  }
+  spinning_.store(false, std::memory_order_seq_cst);
   // Shutdown: nothing is retried any more; whatever is still queued completes with a path error
   // so that no caller waits forever.
   const NvmeStatus gone = NvmeStatus::make(Sct::path, 0x70, true);
@@ -126,7 +215,10 @@ void Lane::run() {
 
 bool Lane::enqueue(VolumeIo* io) noexcept {
   if (!ring_.push(io)) return false;
-  reactor_->wake();
+  // Pairs with the fence after the loop clears spinning_: either it sees this entry or we see
+  // the flag down and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!spinning_.load(std::memory_order_relaxed)) reactor_->wake();
   return true;
 }
 
@@ -143,6 +235,11 @@ Attempt* Lane::alloc_attempt() noexcept {
 }
 
 void Lane::free_attempt(Attempt* a) noexcept {
+  a->role = Attempt::Role::plain;
+  a->twin = nullptr;
+  a->abandoned = false;
+  a->hedge_won = false;
+  a->bounce.reset();
   a->next = free_;
   free_ = a;
 }
@@ -211,7 +308,7 @@ bool Lane::fill_command(Attempt& a, int p) noexcept {
   switch (a.io->op) {
     case IoOp::read:
       prep_read(r.cmd, nsid, a.slba, a.nlb);
-      r.data = base + a.byte_off;
+      r.data = a.role == Attempt::Role::hedge ? a.bounce.get() : base + a.byte_off;
       r.data_len = a.bytes;
       break;
     case IoOp::write:
@@ -318,11 +415,13 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     }
     lp.ios.store(lp.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     lp.bytes.store(lp.bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
+    if (settle_hedge(a, st)) return;
     if (a.event >= 0 && a.exclude >= 0) stamp_event(a.exclude, a.event, true, a.io->op);
     finish_piece(a, st);
     return;
   }
   lp.errors.store(lp.errors.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (settle_hedge(a, st)) return;
   if (stop_.load(std::memory_order_relaxed)) {
     finish_piece(a, st);
     return;
@@ -399,6 +498,171 @@ void Lane::stamp_event(int p, int event, bool success, IoOp op) noexcept {
   const int64_t us = static_cast<int64_t>((Reactor::clock_ns() - e.detect_ns) / 1000);
   int64_t& field = success ? e.first_success_us : e.first_resubmit_us;
   if (field < 0 || us < field) field = us;
+}
+
+void Lane::drop_attempt(Attempt& a) noexcept {
+  free_attempt(&a);
+  inflight_total_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
+  if (a.abandoned) {  // its twin already delivered, or failed over without it
+    drop_attempt(a);
+    return true;
+  }
+  if (a.hedge_won) {  // the hedge's data is in the buffer; now nothing can write there any more
+    a.hedge_won = false;
+    finish_piece(a, NvmeStatus{});
+    return true;
+  }
+  Attempt* t = a.twin;
+  if (a.role == Attempt::Role::plain) return false;
+  if (a.role == Attempt::Role::primary) {
+    // First back: the hedge (writing only its own bounce buffer) is no longer wanted. A failed
+    // primary takes the ordinary retry path, into the application's buffer.
+    if (t) {
+      t->twin = nullptr;
+      t->abandoned = true;
+    }
+    a.twin = nullptr;
+    if (!st.is_success()) a.role = Attempt::Role::plain;  // may be hedged again where it goes
+    return false;
+  }
+  // The hedge is back first.
+  if (!t || !st.is_success()) {
+    if (t) t->twin = nullptr;  // the primary carries on alone (and is not hedged again)
+    drop_attempt(a);
+    return true;
+  }
+  auto& plp = *paths_[static_cast<size_t>(t->path)];
+  plp.hedge_wins.store(plp.hedge_wins.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Detach first, then copy: whatever the primary wrote before is the same data.
+  const bool detached = plp.qp && plp.qp->detach_data(t->req);
+  std::memcpy(static_cast<uint8_t*>(a.io->buf) + a.byte_off, a.bounce.get(), a.bytes);
+  t->twin = nullptr;
+  if (detached) {
+    t->abandoned = true;
+    finish_piece(a, st);
+  } else {
+    t->hedge_won = true;  // the piece completes when the primary does
+    drop_attempt(a);
+  }
+  return true;
+}
+
+bool Lane::other_path_usable(int p) noexcept {
+  refresh_views();
+  for (size_t q = 0; q < views_.size(); ++q)
+    if (static_cast<int>(q) != p && views_[q].use == PathUse::usable && ana_tier(views_[q].ana) >= 0) return true;
+  return false;
+}
+
+bool Lane::hedge(Attempt& a) noexcept {
+  if (a.role != Attempt::Role::plain || a.io->op != IoOp::read || a.abandoned || a.hedge_won) return false;
+  refresh_views();
+  const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
+                            vol_.opts_.round_robin_ios, a.bytes, a.path);
+  if (p < 0 || p == a.path) return false;
+  Attempt* h = alloc_attempt();
+  if (!h) return false;
+  h->io = a.io;
+  h->slba = a.slba;
+  h->nlb = a.nlb;
+  h->byte_off = a.byte_off;
+  h->bytes = a.bytes;
+  h->role = Attempt::Role::hedge;
+  h->bounce = std::make_unique_for_overwrite<uint8_t[]>(a.bytes);
+  h->event = -1;
+  h->exclude = -1;
+  h->attempts = 1;
+  h->release_ns = 0;
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  fill_command(*h, p);
+  h->path = p;
+  h->generation = lp.generation;
+  h->issue_ns = Reactor::clock_ns();
+  if (lp.qp->submit(h->req) != 0) {
+    free_attempt(h);
+    return false;
+  }
+  lp.inflight.push_back(h);
+  lp.outstanding_bytes += h->bytes;
+  inflight_total_.fetch_add(1, std::memory_order_relaxed);
+  a.role = Attempt::Role::primary;
+  a.twin = h;
+  h->twin = &a;
+  auto& slow = *paths_[static_cast<size_t>(a.path)];
+  slow.hedges.store(slow.hedges.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void Lane::send_probe(int p, uint64_t now) noexcept {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  const uint32_t bs = vol_.ns_.block_size;
+  if (!lp.probe_buf) lp.probe_buf = std::make_unique_for_overwrite<uint8_t[]>(bs);
+  IoRequest& r = lp.probe;
+  r = IoRequest{};
+  prep_read(r.cmd, vol_.paths_[static_cast<size_t>(p)]->nsid, 0, 1);
+  r.data = lp.probe_buf.get();
+  r.data_len = bs;
+  r.on_complete = &Lane::on_probe;
+  r.user = &lp;
+  if (lp.qp->submit(r) != 0) return;
+  lp.probe_inflight = true;
+  lp.probe_sent_ns = now;
+  lp.probe_generation = lp.generation;
+}
+
+void Lane::on_probe(IoRequest& req, const Cqe& cqe) noexcept {
+  auto& lp = *static_cast<LanePath*>(req.user);
+  lp.probe_inflight = false;
+  if (!cqe.status().is_success() || lp.probe_generation != lp.generation) return;
+  lp.last_completion_ns = Reactor::clock_ns();
+  lp.last_completed_issue_ns = std::max(lp.last_completed_issue_ns, lp.probe_sent_ns);
+}
+
+uint64_t Lane::dead_after_ns(const LanePath& lp) const noexcept {
+  if (vol_.opts_.io_deadline.count() > 0) return 2 * deadline_ns(lp);
+  return kDeadSilenceNs;
+}
+
+// Past the deadline (judge_deadline): expired reads are hedged on another usable path; a lost
+// command fails the path; a silent one is probed and fails only once it stays silent past
+// dead_after_ns(). With no other usable path nothing fails on a silent deadline: the keep-alive
+// (control plane) is what tells a dead controller from a slow one then.
+void Lane::check_deadline(int p, uint64_t now) noexcept {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  DeadlineFacts f;
+  f.now_ns = now;
+  f.oldest_issue_ns = lp.inflight.head->issue_ns;
+  if (now <= f.oldest_issue_ns || now - f.oldest_issue_ns <= deadline_ns(lp)) return;  // the common case
+  f.last_completion_ns = lp.last_completion_ns;
+  f.last_completed_issue_ns = lp.last_completed_issue_ns;
+  f.deadline_ns = deadline_ns(lp);
+  f.dead_after_ns = dead_after_ns(lp);
+  f.other = other_path_usable(p) ? OtherPath::usable : OtherPath::none;
+  const DeadlineVerdict v = judge_deadline(f);
+  char cause[112];
+  switch (v) {
+    case DeadlineVerdict::wait:
+      return;
+    case DeadlineVerdict::fail_lost:
+      std::snprintf(cause, sizeof cause, "command lost, deadline %.1f ms", static_cast<double>(f.deadline_ns) / 1e6);
+      fail_path_here(p, cause);
+      return;
+    case DeadlineVerdict::fail_silent:
+      std::snprintf(cause, sizeof cause, "command deadline exceeded: %.1f ms, silent %.1f ms, probe unanswered",
+                    static_cast<double>(f.deadline_ns) / 1e6,
+                    static_cast<double>(now - std::max(f.oldest_issue_ns, f.last_completion_ns)) / 1e6);  // > 0 here
+      fail_path_here(p, cause);
+      return;
+    case DeadlineVerdict::hedge:
+    case DeadlineVerdict::hedge_probe:
+      break;
+  }
+  for (Attempt* a = lp.inflight.head; a && now > a->issue_ns && now - a->issue_ns > f.deadline_ns; a = a->next)
+    hedge(*a);
+  if (v == DeadlineVerdict::hedge_probe && !lp.probe_inflight) send_probe(p, now);
 }
 
 uint64_t Lane::deadline_ns(const LanePath& lp) const noexcept {
@@ -479,24 +743,12 @@ int Lane::turn() noexcept {
       ++i;
     }
   }
-  // Every command has a deadline. Past it, the path is dead when it also completed nothing for
-  // a whole deadline (silent), or when commands sent after it have completed (this one was
-  // lost); either way it is torn down like a failed one, which frees the commands stuck on it.
-  // A path that is merely slow keeps completing in order and stays.
+  // Every command has a deadline (check_deadline: lost fails the path, silent hedges and
+  // probes first). A path that is merely slow keeps completing in order and stays.
   for (size_t p = 0; p < paths_.size(); ++p) {
     auto& lp = *paths_[p];
     if (!lp.inflight.head || !lp.qp || lp.qp->state() != QpState::live) continue;
-    const uint64_t deadline = deadline_ns(lp);
-    const uint64_t oldest = lp.inflight.head->issue_ns;
-    if (now - oldest <= deadline) continue;
-    const uint64_t silent_since = std::max(oldest, lp.last_completion_ns);
-    const bool silent = now - silent_since > deadline;
-    const bool lost = lp.last_completed_issue_ns > oldest;
-    if (!silent && !lost) continue;
-    char cause[80];
-    std::snprintf(cause, sizeof cause, "%s %.1f ms", silent ? "command deadline exceeded:" : "command lost, deadline",
-                  static_cast<double>(deadline) / 1e6);
-    fail_path_here(static_cast<int>(p), cause);
+    check_deadline(static_cast<int>(p), now);
   }
   auto release = [&](AttemptList& list) {
     for (Attempt* a = list.head; a;) {

@@ -6,6 +6,30 @@ namespace {
 constexpr uint32_t kSamePathAttempts = 2;
 }  // namespace
 
+const char* to_string(DeadlineVerdict v) noexcept {
+  switch (v) {
+    case DeadlineVerdict::wait: return "wait";
+    case DeadlineVerdict::hedge: return "hedge";
+    case DeadlineVerdict::hedge_probe: return "hedge and probe";
+    case DeadlineVerdict::fail_lost: return "fail (lost)";
+    case DeadlineVerdict::fail_silent: return "fail (silent)";
+  }
+  return "unknown";
+}
+
+DeadlineVerdict judge_deadline(const DeadlineFacts& f) noexcept {
+  // `now` is the turn's clock; completions and issues stamped during the turn may be newer.
+  auto since = [&](uint64_t t) { return f.now_ns > t ? f.now_ns - t : 0; };
+  if (since(f.oldest_issue_ns) <= f.deadline_ns) return DeadlineVerdict::wait;
+  if (f.last_completed_issue_ns > f.oldest_issue_ns) return DeadlineVerdict::fail_lost;
+  if (f.other == OtherPath::none) return DeadlineVerdict::wait;
+  const uint64_t silent_since = f.oldest_issue_ns > f.last_completion_ns ? f.oldest_issue_ns : f.last_completion_ns;
+  const uint64_t silent = since(silent_since);
+  if (silent <= f.deadline_ns) return DeadlineVerdict::hedge;
+  if (silent <= f.dead_after_ns) return DeadlineVerdict::hedge_probe;
+  return DeadlineVerdict::fail_silent;
+}
+
 const char* to_string(RetryAction a) noexcept {
   switch (a) {
     case RetryAction::complete: return "complete";

@@ -6,6 +6,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <time.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -82,6 +84,16 @@ struct Attempt {
   uint32_t attempts = 0;     // submissions made so far
   int event = -1;            // failover this piece was moved by
   int exclude = -1;          // path to avoid on the next issue
+  // Hedging (a read past its deadline re-issued on another path). The primary reads into the
+  // application's buffer, its hedge into `bounce` (its own), so the loser never writes where
+  // the winner's data went back to the application: the primary's transport drops its data once
+  // the hedge won (QueuePair::detach_data), or, when it cannot promise that, the piece completes
+  // only when the primary does.
+  enum class Role : uint8_t { plain, primary, hedge } role = Role::plain;
+  Attempt* twin = nullptr;     // the other attempt of a hedged read while both are in flight
+  bool abandoned = false;      // its result is not wanted: freed when it completes
+  bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
+  std::unique_ptr<uint8_t[]> bounce;  // hedge: where its data lands
   AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
   Attempt* next = nullptr;
@@ -117,6 +129,15 @@ struct LanePath {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> hedges{0};      // reads past their deadline here re-issued elsewhere
+  std::atomic<uint64_t> hedge_wins{0};  // of those, the ones the other path answered first
+  // The probe of a silent path: a one-block read on its I/O queue, sent when its oldest command
+  // passes the deadline; any answer (the probe's or another command's) shows it alive.
+  IoRequest probe;
+  std::unique_ptr<uint8_t[]> probe_buf;
+  bool probe_inflight = false;
+  uint32_t probe_generation = 0;
+  uint64_t probe_sent_ns = 0;
   LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
 };
 
@@ -159,6 +180,8 @@ class Lane final : public QueuePairListener {
   Snapshot snapshot();
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
+  /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.
+  uint64_t cpu_ns() const noexcept;
   /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
   int node() const noexcept;
 
@@ -166,6 +189,12 @@ class Lane final : public QueuePairListener {
 
  private:
   void run();
+  void run_adaptive();
+  /// How long the adaptive loop spins after an event while commands are outstanding: follows
+  /// the fastest busy path's recent latency; 0 when no completion is due soon enough to spin for.
+  uint64_t spin_budget_ns() const noexcept;
+  /// Nothing outstanding and nothing waiting on a timer-less list: the lane may sleep long.
+  bool quiescent() const noexcept;
   void place_thread() noexcept;  // pinning and memory, on the lane's thread (lane_placement.cpp)
   static int poll_hook(void* self) noexcept;
   int turn() noexcept;
@@ -175,6 +204,17 @@ class Lane final : public QueuePairListener {
   void issue(Attempt& a) noexcept;
   void finish_piece(Attempt& a, NvmeStatus st) noexcept;
   void fail_path_here(int p, const std::string& cause) noexcept;
+  /// Deadline handling of path `p` (its oldest command is past the deadline).
+  void check_deadline(int p, uint64_t now) noexcept;
+  bool hedge(Attempt& a) noexcept;
+  void send_probe(int p, uint64_t now) noexcept;
+  static void on_probe(IoRequest& req, const Cqe& cqe) noexcept;
+  /// Frees an attempt whose result nobody waits for (an abandoned twin).
+  void drop_attempt(Attempt& a) noexcept;
+  /// A hedged pair's completion: true when it was handled (the caller returns).
+  bool settle_hedge(Attempt& a, NvmeStatus st) noexcept;
+  bool other_path_usable(int p) noexcept;
+  uint64_t dead_after_ns(const LanePath& lp) const noexcept;
   void orphan_inflight(LanePath& lp) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
   void refresh_views() noexcept;
@@ -192,6 +232,12 @@ class Lane final : public QueuePairListener {
   std::unique_ptr<Reactor> reactor_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> ready_{false};
+  // True while the lane's loop spins (busy, or adaptive within its spin window): enqueue()
+  // then skips the wake-up write, the loop sees the ring on its next turn. Cleared (seq_cst,
+  // then the ring re-checked) before the loop sleeps, so no enqueue is missed.
+  std::atomic<bool> spinning_{false};
+  clockid_t cpu_clock_{};
+  std::atomic<bool> cpu_clock_ok_{false};
   MpscRing<VolumeIo> ring_{4096};
   std::vector<std::unique_ptr<LanePath>> paths_;
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O

@@ -29,6 +29,21 @@ Result<SelectorKind> parse_selector(std::string_view s) {
   return Errc::invalid_argument;
 }
 
+const char* to_string(PollMode m) noexcept {
+  switch (m) {
+    case PollMode::busy: return "busy";
+    case PollMode::adaptive: return "adaptive";
+    case PollMode::sleep: return "sleep";
+  }
+  return "unknown";
+}
+
+Result<PollMode> parse_poll_mode(std::string_view s) {
+  for (auto m : {PollMode::busy, PollMode::adaptive, PollMode::sleep})
+    if (s == to_string(m)) return m;
+  return Errc::invalid_argument;
+}
+
 const char* to_string(PathState s) noexcept {
   switch (s) {
     case PathState::connecting: return "connecting";
@@ -67,6 +82,8 @@ VolumeStats Volume::stats() const {
       ps.bytes += lp.bytes.load(std::memory_order_relaxed);
       ps.errors += lp.errors.load(std::memory_order_relaxed);
       ps.retries += lp.retries.load(std::memory_order_relaxed);
+      ps.hedges += lp.hedges.load(std::memory_order_relaxed);
+      ps.hedge_wins += lp.hedge_wins.load(std::memory_order_relaxed);
       h.merge(snaps[l].latency[p]);
       ps.outstanding += snaps[l].outstanding[p];
     }
@@ -79,6 +96,8 @@ VolumeStats Volume::stats() const {
     s.paths.push_back(std::move(ps));
   }
   for (auto& sn : snaps) s.waiting += sn.waiting;
+  s.poll = v.opts_.poll;
+  for (auto& l : v.lanes_) s.reactor_cpu_ns.push_back(l->cpu_ns());
   std::lock_guard lock(v.timeline_mu_);
   s.timeline = v.timeline_;
   return s;
@@ -93,6 +112,8 @@ std::string to_json(const VolumeStats& s) {
   j["completed"] = s.completed;
   j["failed"] = s.failed;
   j["waiting"] = s.waiting;
+  j["poll"] = to_string(s.poll);
+  j["reactor_cpu_ns"] = s.reactor_cpu_ns;
   j["paths"] = json::array();
   for (const auto& p : s.paths) {
     j["paths"].push_back({{"index", p.index}, {"address", p.address}, {"state", to_string(p.state)},
@@ -102,7 +123,8 @@ std::string to_json(const VolumeStats& s) {
                           {"latency_us", {{"p50", p.latency.p50_us}, {"p99", p.latency.p99_us},
                                           {"p99_9", p.latency.p999_us}, {"max", p.latency.max_us},
                                           {"mean", p.latency.mean_us}}},
-                          {"errors", p.errors}, {"retries", p.retries}, {"failovers", p.failovers},
+                          {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
+                          {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers},
                           {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms}});
   }
   j["timeline"] = json::array();
@@ -123,13 +145,20 @@ std::string to_text(const VolumeStats& s) {
                 s.ns.nsid, s.ns.id.to_string().c_str(), s.ns.block_size,
                 static_cast<unsigned long long>(s.ns.size_blocks), to_string(s.selector));
   out += line;
+  uint64_t cpu_ns = 0;
+  for (uint64_t c : s.reactor_cpu_ns) cpu_ns += c;
+  std::snprintf(line, sizeof line, "  poll %s, %zu reactors, reactor CPU %.3f s, %.2f us per completed I/O\n",
+                to_string(s.poll), s.reactor_cpu_ns.size(), static_cast<double>(cpu_ns) / 1e9,
+                s.completed ? static_cast<double>(cpu_ns) / 1e3 / static_cast<double>(s.completed) : 0.0);
+  out += line;
   for (const auto& p : s.paths) {
     std::snprintf(line, sizeof line,
                   "  path %d %-22s %-10s ana %-15s grp %u  ios %llu  iops %.0f  lat p50 %.1f us p99 %.1f us  "
-                  "err %llu retry %llu failover %llu reconnect %llu\n",
+                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu\n",
                   p.index, p.address.c_str(), to_string(p.state), to_string(p.ana_state), p.ana_group,
                   static_cast<unsigned long long>(p.ios), p.iops, p.latency.p50_us, p.latency.p99_us,
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
+                  static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
                   static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
     out += line;
   }

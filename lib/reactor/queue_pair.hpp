@@ -74,6 +74,15 @@ class QueuePair {
   virtual uint32_t outstanding() const noexcept = 0;
   /// Largest data length of one command (MDTS, or the transport's own limit).
   virtual uint32_t max_transfer() const noexcept = 0;
+  /// Promises that nothing more is written into `req.data` (an outstanding read): data still to
+  /// arrive for it is discarded, the request still completes as usual. For a read another path
+  /// already answered (a hedge), so its buffer can go back to the application at once. False
+  /// when the transport cannot promise it (the kernel or a NIC writes the buffer directly) or
+  /// `req` is not outstanding here: the caller must then wait for its completion.
+  virtual bool detach_data(IoRequest& req) noexcept {
+    (void)req;
+    return false;
+  }
 
   void set_listener(QueuePairListener* l) noexcept { listener_ = l; }
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "multipath/retry_policy.hpp"
 
 using namespace nvmeof;
@@ -60,4 +62,63 @@ TEST_CASE("a repeating retryable status moves to another path when there is one"
 
 TEST_CASE("a retryable status completes once attempts are exhausted", "[retry]") {
   CHECK(decide_retry(status::kInternalError, 16, 16, OtherPath::usable).action == RetryAction::complete);
+}
+
+// Deadlines: slow is not dead (judge_deadline). Times in ms from an arbitrary origin.
+namespace {
+DeadlineFacts facts(uint64_t now_ms, uint64_t oldest_ms, uint64_t last_done_ms, uint64_t last_done_issue_ms,
+                    OtherPath other = OtherPath::usable) {
+  DeadlineFacts f;
+  f.now_ns = now_ms * 1'000'000;
+  f.oldest_issue_ns = oldest_ms * 1'000'000;
+  f.last_completion_ns = last_done_ms * 1'000'000;
+  f.last_completed_issue_ns = last_done_issue_ms * 1'000'000;
+  f.deadline_ns = 15'000'000;
+  f.dead_after_ns = 50'000'000;
+  f.other = other;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("within its deadline a command is left alone", "[retry][deadline]") {
+  CHECK(judge_deadline(facts(1010, 1000, 900, 890)) == DeadlineVerdict::wait);
+  CHECK(judge_deadline(facts(1015, 1000, 900, 890)) == DeadlineVerdict::wait);  // at it, not past
+}
+
+TEST_CASE("a slow path that keeps answering gets its late reads hedged, nothing more", "[retry][deadline]") {
+  // Oldest sent at 1000, past the deadline at 1020; the path answered an older command at 1012.
+  CHECK(judge_deadline(facts(1020, 1000, 1012, 995)) == DeadlineVerdict::hedge);
+  // Silent past the deadline but not past dead_after: hedge and probe.
+  CHECK(judge_deadline(facts(1040, 1000, 990, 980)) == DeadlineVerdict::hedge_probe);
+  // An answer at 1045 (the oldest's neighbour, sent before it) ends the silence: not failed at
+  // 1060, although the oldest is 60 ms old.
+  CHECK(judge_deadline(facts(1060, 1000, 1045, 990)) == DeadlineVerdict::hedge);
+}
+
+TEST_CASE("a path silent past dead_after, its probe unanswered, fails", "[retry][deadline]") {
+  CHECK(judge_deadline(facts(1050, 1000, 990, 980)) == DeadlineVerdict::hedge_probe);  // at the bound
+  CHECK(judge_deadline(facts(1051, 1000, 990, 980)) == DeadlineVerdict::fail_silent);
+  // Silence counts from the oldest command's issue when the last answer came before it.
+  CHECK(judge_deadline(facts(1049, 1000, 0, 0)) == DeadlineVerdict::hedge_probe);
+}
+
+TEST_CASE("an answer stamped after the turn's clock is no silence", "[retry][deadline]") {
+  // The probe answered during this turn, after `now` was read: not 2^64 ns of silence.
+  auto f = facts(1060, 1000, 0, 990);
+  f.last_completion_ns = f.now_ns + 1000;
+  CHECK(judge_deadline(f) == DeadlineVerdict::hedge);
+  f.oldest_issue_ns = f.now_ns + 500;  // sent during this turn
+  CHECK(judge_deadline(f) == DeadlineVerdict::wait);
+}
+
+TEST_CASE("with no other usable path nothing fails on a silent deadline", "[retry][deadline]") {
+  CHECK(judge_deadline(facts(1020, 1000, 990, 980, OtherPath::none)) == DeadlineVerdict::wait);
+  CHECK(judge_deadline(facts(5000, 1000, 990, 980, OtherPath::none)) == DeadlineVerdict::wait);
+}
+
+TEST_CASE("a command lost while later ones completed fails the path", "[retry][deadline]") {
+  // Sent at 1000, a command sent at 1005 completed (the probe, say): this one was dropped.
+  CHECK(judge_deadline(facts(1020, 1000, 1010, 1005)) == DeadlineVerdict::fail_lost);
+  CHECK(judge_deadline(facts(1020, 1000, 1010, 1005, OtherPath::none)) == DeadlineVerdict::fail_lost);
+  CHECK(std::string(to_string(DeadlineVerdict::fail_silent)) == "fail (silent)");
 }

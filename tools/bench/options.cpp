@@ -159,6 +159,9 @@ ParsedArgs parse_args(int argc, char** argv) {
       ->check(CLI::IsMember(keys(selector_names)));
   app.add_option("--digest", digest, "NVMe/TCP digests")->check(CLI::IsMember(keys(digest_names)));
   app.add_option("--reactors", o.reactors, "data-plane threads")->check(CLI::Range(1u, 64u));
+  std::string poll = "adaptive";
+  app.add_option("--poll", poll, "reactor polling: busy (never sleeps), adaptive, sleep")
+      ->check(CLI::IsMember({"busy", "adaptive", "sleep"}));
   std::string placement = "numa", cpus;
   app.add_option("--placement", placement,
                  "numa: reactors pinned, memory on their node, paths by distance; unpinned: none")
@@ -219,6 +222,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   if (!cpus.empty()) o.cpus = *parse_cpulist(cpus);
   o.rw = rw_names.at(rw);
   o.selector = selector_names.at(selector);
+  o.poll = *parse_poll_mode(poll);
   o.digest = digest_names.at(digest);
   o.fail_kind = fault_names.at(fail_kind);
   o.bs = static_cast<uint32_t>(*parse_size(bs));

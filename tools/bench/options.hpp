@@ -44,6 +44,7 @@ struct BenchOptions {
   SelectorKind selector = SelectorKind::service_time;
   Digest digest = Digest::none;
   unsigned reactors = 1;
+  PollMode poll = PollMode::adaptive;   ///< how the reactors wait (--poll)
   PlacementMode placement = PlacementMode::numa;
   std::vector<int> cpus;                ///< reactor CPUs (--cpus); empty: the plan chooses
   int memory_node = -1;                 ///< every reactor's memory and the buffers on this node

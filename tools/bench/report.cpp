@@ -169,6 +169,7 @@ nlohmann::json to_json(const BenchReport& r) {
                    : o.digest == Digest::data   ? "data"
                                                 : "both"},
         {"reactors", o.reactors},
+        {"poll", to_string(o.poll)},
         {"io_deadline_ms", std::chrono::duration<double, std::milli>(o.io_deadline).count()},
         {"fence_bound_ms", std::chrono::duration<double, std::milli>(o.fence_bound).count()},
         {"ccr", o.ccr},
@@ -180,6 +181,10 @@ nlohmann::json to_json(const BenchReport& r) {
       {"total", op_json(figures(all, secs))},
       {"read", op_json(figures(r.timed.read, secs))},
       {"write", op_json(figures(r.timed.write, secs))},
+      {"reactor_cpu",
+       {{"seconds", round3(static_cast<double>(r.reactor_cpu_ns) / 1e9)},
+        {"us_per_io", all.ios ? static_cast<double>(r.reactor_cpu_ns) / 1e3 / static_cast<double>(all.ios) : 0.0},
+        {"utilization", secs > 0 ? static_cast<double>(r.reactor_cpu_ns) / 1e9 / secs : 0.0}}},
       {"errors", r.errors()},
       {"error_kinds", errors_kinds},
       {"mismatches", r.mismatches()},
@@ -234,6 +239,10 @@ std::string to_text(const BenchReport& r) {
                   l["p999"].get<double>(), l["max"].get<double>(), l["mean"].get<double>());
     out << line;
   }
+  std::snprintf(line, sizeof line, "  reactor CPU (poll %s): %.3f s, %.2f us per I/O, %.0f%% of one core\n",
+                to_string(o.poll), j["reactor_cpu"]["seconds"].get<double>(),
+                j["reactor_cpu"]["us_per_io"].get<double>(), j["reactor_cpu"]["utilization"].get<double>() * 100);
+  out << line;
   std::snprintf(line, sizeof line, "  runtime %.3f s, errors %" PRIu64 ", mismatches %" PRIu64
                                    " (blocks checked: %" PRIu64 " timed, %" PRIu64 " final%s)\n",
                 r.timed.seconds(), r.errors(), r.mismatches(), r.timed.verified_blocks,

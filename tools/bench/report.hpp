@@ -45,6 +45,7 @@ struct BenchReport {
   PhaseTotals prefill, timed, final_check;
   std::vector<PathReport> paths;
   FaultReport fault;
+  uint64_t reactor_cpu_ns = 0;     ///< reactor threads' CPU time during the timed phase
   std::string volume_json;         ///< the volume's own stats at the end
   std::string placement_json;      ///< the volume's placement plan
   bool drained = true;             ///< false: I/O still in flight when the bench gave up waiting

@@ -211,6 +211,11 @@ class PduReader {
   const uint8_t* header() const noexcept { return hdr_; }
   /// True between PDUs (no partial PDU buffered): a peer closing here closed cleanly.
   bool at_boundary() const noexcept { return phase_ == Phase::common && got_ == 0; }
+  /// When the data of the PDU being read goes into [base, base + len), the rest of it is
+  /// dropped instead (its digest is still checked).
+  void drop_data_into(const uint8_t* base, size_t len) noexcept {
+    if (dst_ && dst_ >= base && dst_ < base + len) dst_ = nullptr;
+  }
 
   template <class Handler>
   size_t consume(const uint8_t* p, size_t n, Handler& h, Errc& err,

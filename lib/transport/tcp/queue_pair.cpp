@@ -47,6 +47,7 @@ struct QueuePair::Slot {
   bool in_capsule = false;
   bool queued = false;    // in the send queue
   bool in_batch = false;  // referenced by the send in flight
+  bool discard = false;   // detach_data(): C2H data for it is dropped
   uint16_t next = kNil;   // send queue link
   uint16_t ttag = 0;
   uint32_t hdr_len = 0;   // bytes of hdr[] to send (header, digest, padding)
@@ -227,6 +228,7 @@ int QueuePair::submit(IoRequest& req) noexcept {
   s.work = SendWork::capsule;
   s.in_capsule = dir == Dir::to_controller && len <= in_capsule_;
   s.h2c_off = s.h2c_left = s.r2t_next = s.c2h_next = 0;
+  s.discard = false;
   req.cmd.cid = cid;
   req.submit_ns = reactor_.now_ns();
 
@@ -451,6 +453,17 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
   arm_recv();
 }
 
+bool QueuePair::detach_data(IoRequest& req) noexcept {
+  const uint16_t cid = req.cmd.cid;
+  if (cid >= cfg_.depth) return false;
+  Slot& s = slots_[cid];
+  if (s.phase != Phase::active || s.req != &req || s.dir != Dir::from_controller) return false;
+  s.discard = true;
+  // A C2HData PDU of this command may be half read: its remaining bytes go nowhere either.
+  reader_.drop_data_into(static_cast<const uint8_t*>(req.data), req.data_len);
+  return true;
+}
+
 Errc QueuePair::on_header(const uint8_t* hdr, const HeaderCheck&, uint8_t*& dst) noexcept {
   dst = nullptr;
   switch (static_cast<PduType>(hdr[0])) {
@@ -481,7 +494,7 @@ Errc QueuePair::on_header(const uint8_t* hdr, const HeaderCheck&, uint8_t*& dst)
         fail_detail_ = "C2HData out of order";
         return Errc::protocol_error;
       }
-      dst = static_cast<uint8_t*>(s.req->data) + d.datao;
+      if (!s.discard) dst = static_cast<uint8_t*>(s.req->data) + d.datao;
       return Errc::ok;
     }
     default:

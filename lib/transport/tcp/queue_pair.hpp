@@ -113,6 +113,8 @@ class QueuePair final : public nvmeof::QueuePair {
   uint32_t depth() const noexcept override { return cfg_.depth; }
   uint32_t outstanding() const noexcept override { return outstanding_; }
   uint32_t max_transfer() const noexcept override { return max_transfer_; }
+  /// C2H data still to come for `req` is received into nothing (the reader drops it).
+  bool detach_data(IoRequest& req) noexcept override;
 
   const Session& session() const noexcept { return session_; }
   /// Socket operations the kernel may still complete (diagnostics, tests).
