@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "bench/fault_target.hpp"
 #include "bench/options.hpp"
 #include "bench/report.hpp"
 #include "bench/workload.hpp"
@@ -51,7 +52,7 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
 // --restore-after when given). Main thread only.
 class FaultDriver {
  public:
-  FaultDriver(const BenchOptions& o, Target* target) : o_(o), target_(target) {}
+  FaultDriver(const BenchOptions& o, FaultTarget* target) : o_(o), target_(target) {}
 
   void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
     if (!o_.has_fault() || target_ == nullptr) return;
@@ -71,13 +72,13 @@ class FaultDriver {
     if (!r.fault.injected) return;
     if (o_.fail_kind == FaultArg::ana_change && !flipped_back_ &&
         now >= inject_ns_ + to_ns(kAnaChangeHold)) {
-      target_->set_ana_state(port, AnaState::optimized);
+      deliver(target_->set_ana_state(port, AnaState::optimized));
       flipped_back_ = true;
     }
     if (o_.restore_after.count() > 0 && r.fault.restored_after_ms < 0 &&
         now >= inject_ns_ + to_ns(o_.restore_after)) {
-      target_->clear_faults(port);
-      target_->set_ana_state(port, AnaState::optimized);
+      deliver(target_->clear_faults(port));
+      deliver(target_->set_ana_state(port, AnaState::optimized));
       r.fault.restored_after_ms = static_cast<double>(monotonic_ns() - inject_ns_) / 1e6;
     }
   }
@@ -89,21 +90,25 @@ class FaultDriver {
   void inject(size_t port) {
     switch (o_.fail_kind) {
       case FaultArg::none: break;
-      case FaultArg::reset: target_->inject(port, FaultKind::reset); break;
-      case FaultArg::blackhole: target_->inject(port, FaultKind::blackhole); break;
-      case FaultArg::partition: target_->inject(port, FaultKind::partition); break;
-      case FaultArg::ana_inaccessible: target_->set_ana_state(port, AnaState::inaccessible); break;
-      case FaultArg::ana_change: target_->set_ana_state(port, AnaState::change); break;
+      case FaultArg::reset: deliver(target_->inject(port, FaultKind::reset)); break;
+      case FaultArg::blackhole: deliver(target_->inject(port, FaultKind::blackhole)); break;
+      case FaultArg::partition: deliver(target_->inject(port, FaultKind::partition)); break;
+      case FaultArg::ana_inaccessible: deliver(target_->set_ana_state(port, AnaState::inaccessible)); break;
+      case FaultArg::ana_change: deliver(target_->set_ana_state(port, AnaState::change)); break;
       case FaultArg::slow:
-        target_->set_latency(port,
-                             std::chrono::duration_cast<std::chrono::microseconds>(o_.slow_latency));
+        deliver(target_->set_latency(
+            port, std::chrono::duration_cast<std::chrono::microseconds>(o_.slow_latency)));
         break;
-      case FaultArg::fail_status: target_->fail_commands(port, status::kInternalError); break;
+      case FaultArg::fail_status: deliver(target_->fail_commands(port, status::kInternalError)); break;
     }
+  }
+  // An external target may refuse or be gone: say so, the run goes on (its report shows it).
+  void deliver(bool ok) {
+    if (!ok) std::fprintf(stderr, "nvmeof-bench: fault not delivered: %s\n", target_->error().c_str());
   }
 
   const BenchOptions& o_;
-  Target* target_;
+  FaultTarget* target_;
   VolumeStats snapshot_;
   uint64_t inject_ns_ = 0;
   bool flipped_back_ = false;
@@ -139,6 +144,17 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < o.paths; ++i) report.addresses.push_back(target->port_address(i));
   } else {
     report.addresses = o.targets;
+  }
+  std::unique_ptr<FaultTarget> fault_target;
+  if (target) {
+    fault_target = local_fault_target(*target);
+  } else if (!o.target_control.empty()) {
+    std::string err;
+    fault_target = remote_fault_target(o.target_control, o.has_fault() ? static_cast<size_t>(o.fail_path) : 0, err);
+    if (!fault_target) {
+      std::fprintf(stderr, "nvmeof-bench: %s\n", err.c_str());
+      return 1;
+    }
   }
 
   VolumeOptions vo;
@@ -213,7 +229,7 @@ int main(int argc, char** argv) {
     report.prefilled = true;
   }
 
-  FaultDriver faults(o, target.get());
+  FaultDriver faults(o, fault_target.get());
   const VolumeStats at_start = volume->stats();
   if (report.drained) {
     say("running " + std::string(to_string(o.rw)) + " for " +

@@ -1,112 +1,110 @@
-// nvmeof-paths: what this host reaches through the kernel's NVMe host, path by path.
-// Text in the shape of `nvme list-subsys` plus, per path, the ANA state, NUMA node and queue
-// count; --json gives the same tree with snake_case keys and arrays that are always arrays.
+// nvmeof-paths: what this host reaches, path by path: the kernel's NVMe subsystems and the live
+// user-space volumes that publish a control socket (VolumeOptions::control_socket or
+// NVMEOF_CONTROL_DIR). Text in the shape of `nvme list-subsys`; --json with nvme-cli's key
+// names plus ours per path (and the kernel detail under "subsystems", snake_case); --watch
+// redraws a path health and performance table like `nvme top`.
+#include <signal.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "control/kernel_paths.hpp"
+#include "paths/live_volumes.hpp"
 
 namespace {
 
-using nvmeof::KernelTopology;
-using Json = nlohmann::ordered_json;
-
-std::string ana_name(const nvmeof::KernelPath& p) {
-  return p.ana_state ? nvmeof::to_string(*p.ana_state) : "unknown";
-}
-
-Json to_json(const KernelTopology& topo) {
-  Json subsystems = Json::array();
-  for (const auto& s : topo.subsystems) {
-    Json ctrls = Json::array();
-    for (const auto& c : s.controllers) {
-      ctrls.push_back(Json{{"name", c.name},
-                           {"transport", c.transport},
-                           {"address", c.address},
-                           {"traddr", c.traddr},
-                           {"trsvcid", c.trsvcid},
-                           {"state", c.state},
-                           {"admin_device", c.admin_device},
-                           {"numa_node", c.numa_node},
-                           {"queue_count", c.queue_count}});
-    }
-    Json namespaces = Json::array();
-    for (const auto& ns : s.namespaces) {
-      Json paths = Json::array();
-      for (const auto& p : ns.paths) {
-        paths.push_back(Json{{"controller", p.controller},
-                             {"block_device", p.block_device},
-                             {"generic_device", p.generic_device},
-                             {"ana_group", p.ana_group},
-                             {"ana_state", ana_name(p)},
-                             {"ana_source", nvmeof::to_string(p.ana_source)},
-                             {"numa_node", p.numa_node},
-                             {"queue_count", p.queue_count}});
-      }
-      namespaces.push_back(Json{{"nsid", ns.nsid},
-                                {"lba_size", ns.lba_size},
-                                {"lba_count", ns.lba_count},
-                                {"head_device", ns.head_device},
-                                {"head_generic_device", ns.head_generic_device},
-                                {"paths", std::move(paths)}});
-    }
-    subsystems.push_back(Json{{"name", s.name},
-                              {"nqn", s.nqn},
-                              {"controllers", std::move(ctrls)},
-                              {"namespaces", std::move(namespaces)}});
-  }
-  return Json{{"subsystems", std::move(subsystems)}};
-}
-
-void print_text(const KernelTopology& topo) {
-  for (const auto& s : topo.subsystems) {
-    std::printf("%s - NQN=%s\n\\\n", s.name.c_str(), s.nqn.c_str());
-    for (const auto& c : s.controllers) {
-      std::printf(" +- %s %s %s %s numa %d queues %u\n", c.name.c_str(), c.transport.c_str(),
-                  c.address.c_str(), c.state.c_str(), c.numa_node, c.queue_count);
-    }
-    for (const auto& ns : s.namespaces) {
-      std::printf("    nsid %u: %llu blocks of %u bytes%s%s\n", ns.nsid,
-                  static_cast<unsigned long long>(ns.lba_count), ns.lba_size,
-                  ns.head_device.empty() ? "" : ", head ", ns.head_device.c_str());
-      for (const auto& p : ns.paths) {
-        std::printf("     +- %s %s via %s ana group %u %s (%s) numa %d queues %u\n",
-                    p.block_device.c_str(),
-                    p.generic_device.empty() ? "-" : p.generic_device.c_str(),
-                    p.controller.c_str(), p.ana_group, ana_name(p).c_str(),
-                    nvmeof::to_string(p.ana_source), p.numa_node, p.queue_count);
-      }
-    }
-  }
-}
+volatile sig_atomic_t g_stop = 0;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "nvmeof-paths: the NVMe subsystems this host reaches through the kernel, with every path's "
-      "generic char device, ANA state, NUMA node and queue count"};
+      "nvmeof-paths: the NVMe subsystems this host reaches through the kernel (every path's generic "
+      "char device, ANA state, NUMA node and queue count) and the live user-space volumes that "
+      "publish a control socket"};
   bool json = false;
   bool no_admin = false;
+  bool no_kernel = false;
   nvmeof::KernelScanOptions opts;
-  app.add_flag("--json", json, "print JSON (snake_case keys; arrays are always arrays)");
+  const char* env_dir = std::getenv("NVMEOF_CONTROL_DIR");
+  std::string control_dir = env_dir ? env_dir : "";
+  int pid = 0;
+  double watch = 0;
+  app.add_flag("--json", json, "print JSON (nvme-cli's key names, arrays are always arrays)");
   app.add_option("--sysfs-root", opts.sysfs_root, "where sysfs is mounted")->capture_default_str();
   app.add_option("--dev-root", opts.dev_root, "where the device nodes are")->capture_default_str();
   app.add_flag("--no-admin", no_admin,
                "read ANA states from sysfs only (no Get Log Page through /dev/nvmeX)");
+  app.add_option("--control-dir", control_dir,
+                 "where live volumes put their sockets (default: $NVMEOF_CONTROL_DIR)");
+  app.add_option("--volume", pid, "only the live volumes of this process (PID)")->check(CLI::PositiveNumber);
+  app.add_flag("--no-kernel", no_kernel, "leave out the kernel's subsystems");
+  app.add_option("--watch", watch, "redraw a path health and performance table every INTERVAL s (default 1)")
+      ->expected(0, 1)
+      ->default_str("1")
+      ->check(CLI::Range(0.1, 3600.0));
   CLI11_PARSE(app, argc, argv);
   if (no_admin) opts.ana = nvmeof::AnaLookup::sysfs_only;
+  if (app.count("--watch") && watch == 0) watch = 1;
+  if (pid > 0 && control_dir.empty()) {
+    std::fprintf(stderr, "nvmeof-paths: --volume needs --control-dir or NVMEOF_CONTROL_DIR\n");
+    return 2;
+  }
 
-  auto topo = nvmeof::scan_kernel_paths(opts);
-  if (!topo) {
-    std::fprintf(stderr, "nvmeof-paths: scan failed: %s\n", topo.error().message().c_str());
+  auto read_live = [&] {
+    std::vector<std::string> errors;
+    auto vols = control_dir.empty() ? std::vector<nvmeof::paths::LiveVolume>{}
+                                    : nvmeof::paths::read_live_volumes(control_dir, pid, errors);
+    for (const auto& e : errors) std::fprintf(stderr, "nvmeof-paths: %s\n", e.c_str());
+    return vols;
+  };
+
+  if (watch > 0) {
+    signal(SIGINT, [](int) { g_stop = 1; });
+    signal(SIGTERM, [](int) { g_stop = 1; });
+    const bool tty = ::isatty(STDOUT_FILENO);
+    std::vector<nvmeof::paths::LiveVolume> before;
+    auto last = std::chrono::steady_clock::now();
+    while (!g_stop) {
+      auto now_vols = read_live();
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - last).count();
+      const std::string screen = nvmeof::paths::render_top(now_vols, before, before.empty() ? 0 : dt);
+      if (tty) std::fputs("\033[H\033[2J", stdout);  // home and clear, as top does
+      std::fputs(screen.c_str(), stdout);
+      if (!tty) std::fputs("\n", stdout);
+      std::fflush(stdout);
+      before = std::move(now_vols);
+      last = now;
+      for (double waited = 0; waited < watch && !g_stop; waited += 0.05)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return 0;
+  }
+
+  nvmeof::KernelTopology topo;
+  if (!no_kernel && pid == 0) {
+    auto t = nvmeof::scan_kernel_paths(opts);
+    if (!t) {
+      std::fprintf(stderr, "nvmeof-paths: scan failed: %s\n", t.error().message().c_str());
+      return 1;
+    }
+    topo = std::move(*t);
+  }
+  const auto live = read_live();
+  if (pid > 0 && live.empty()) {
+    std::fprintf(stderr, "nvmeof-paths: no live volume of process %d in %s\n", pid, control_dir.c_str());
     return 1;
   }
-  if (json) std::cout << to_json(*topo).dump(2) << '\n';
-  else print_text(*topo);
+  if (json) std::cout << nvmeof::paths::render_json(topo, live).dump(2) << '\n';
+  else std::cout << nvmeof::paths::render_text(topo, live);
   return 0;
 }

@@ -12,6 +12,8 @@
 
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
+#include "target/target_control.hpp"
+#include "target/target_control_server.hpp"
 
 using namespace nvmeof;
 
@@ -102,6 +104,7 @@ nlohmann::json describe(const Target& t, const TargetOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "ctl") return nvmeof::tools::run_ctl(argc - 2, argv + 2);
   CLI::App app{"nvmeof-target: an NVMe/TCP target (RAM- or file-backed namespace, several ports, "
                "one ANA group per port, discovery, keep-alive in 100 ms units, Command Quiesce "
                "Time, Cross-Controller Reset). Serves until SIGINT or SIGTERM."};
@@ -152,6 +155,14 @@ int main(int argc, char** argv) {
                  "non-optimized, inaccessible, persistent-loss, change), repeatable");
   app.add_flag("--log", opts.log_connections, "log connects, disconnects and errors to stderr");
   app.add_flag("--json", json, "print the bound ports as one JSON line on start");
+  // Fault rehearsal from outside: `nvmeof-target ctl PATH ...` talks to this socket.
+  std::string control_path;
+  app.add_option("--control", control_path,
+                 "open a control socket (mode 0600) at PATH; drive it with `nvmeof-target ctl PATH "
+                 "ana|fault|latency|fail-status|clear|stats ...`");
+  app.footer("Control: nvmeof-target ctl PATH ana PORT STATE | fault PORT "
+             "reset|blackhole|partition|refuse | latency PORT 5ms | fail-status PORT SCT/SC | "
+             "clear PORT | stats");
   CLI11_PARSE(app, argc, argv);
   opts.anatt_s = static_cast<uint8_t>(anatt);
   opts.mdts = static_cast<uint8_t>(mdts);
@@ -207,6 +218,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nvmeof-target: cannot start: %s\n", target.error().message().c_str());
     return 1;
   }
+  nvmeof::tools::TargetControlServer control;
+  if (!control_path.empty()) {
+    if (auto r = control.start(**target, opts.ports.size(), control_path); !r) {
+      std::fprintf(stderr, "nvmeof-target: --control %s: %s\n", control_path.c_str(),
+                   r.error().message().c_str());
+      return 1;
+    }
+  }
   if (json) {
     std::cout << describe(**target, opts).dump() << std::endl;
   } else {
@@ -221,6 +240,7 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
+  control.stop();
   (*target)->stop();
   if (opts.log_connections) {
     for (size_t i = 0; i < opts.ports.size(); ++i) {

@@ -89,6 +89,17 @@ struct VolumeOptions {
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{1000};
   uint32_t max_attempts = 16;            ///< per I/O, across all paths
+
+  // -- observability (issue 12) --
+  /// A directory in which the volume publishes its state on a Unix socket (mode 0600) named
+  /// `nvmeof-<pid>-<n>.sock`, n numbering this process's volumes from 0; the directory is created
+  /// (mode 0700) if absent. Empty (the default): the environment variable NVMEOF_CONTROL_DIR
+  /// when set, else no socket. It answers one JSON object per line: {"op":"stats"} (paths, ANA,
+  /// counters, latency percentiles, the failover timeline) and {"op":"set-selector","selector":
+  /// "round-robin"}; `nvmeof-paths` reads it. Served on the control thread from the same
+  /// snapshot stats() takes. Volume::open fails with the socket's error (errno codes) when it
+  /// cannot be opened.
+  std::string control_socket;
 };
 
 /// One I/O on a volume. Owned by the caller until `done` runs; no allocation per I/O.
@@ -141,6 +152,15 @@ struct PathStats {
   uint64_t failovers = 0;    ///< times this path failed
   uint64_t reconnects = 0;
   uint16_t cqt_ms = 0;
+  // -- observability (issue 12): what nvmeof-paths and the metrics show per path --
+  std::string transport;     ///< "tcp", "rdma", "passthrough"
+  std::string traddr;
+  std::string trsvcid;
+  int numa_node = -1;        ///< the path's node (placement), -1 unknown
+  uint64_t reads = 0;        ///< completed read commands (split pieces counted each)
+  uint64_t writes = 0;
+  uint64_t read_bytes = 0;
+  uint64_t write_bytes = 0;
 };
 
 /// One failover, with times in microseconds since detection (absolute monotonic ns kept too).

@@ -415,6 +415,13 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     }
     lp.ios.store(lp.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     lp.bytes.store(lp.bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
+    if (a.io->op == IoOp::read) {
+      lp.read_ios.store(lp.read_ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      lp.read_bytes.store(lp.read_bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
+    } else if (a.io->op == IoOp::write) {
+      lp.write_ios.store(lp.write_ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      lp.write_bytes.store(lp.write_bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
+    }
     if (settle_hedge(a, st)) return;
     if (a.event >= 0 && a.exclude >= 0) stamp_event(a.exclude, a.event, true, a.io->op);
     finish_piece(a, st);

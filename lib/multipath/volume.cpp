@@ -3,6 +3,8 @@
 // io_context) and, for the blocking connects and admin reads, on a small connect pool, so that a
 // dead path never blocks the handling of another one.
 #include <boost/asio/post.hpp>
+
+#include "control/control_socket.hpp"
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdio>
@@ -434,6 +436,7 @@ void VolumeImpl::refresh_ana_now() {
 
 void VolumeImpl::shutdown() {
   if (stopping_.exchange(true)) return;
+  stop_observers();
   accepting_.store(false);
   // In-flight I/O finishes first (bounded: a lane gives up after its own drain timeout).
   const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
@@ -478,6 +481,10 @@ Volume::~Volume() { impl_->shutdown(); }
 Result<std::unique_ptr<Volume>> Volume::open(const VolumeOptions& opts) {
   auto impl = std::make_unique<Impl>(opts);
   if (auto r = impl->open(); !r) {
+    impl->shutdown();
+    return r.error();
+  }
+  if (auto r = impl->start_observers(); !r) {
     impl->shutdown();
     return r.error();
   }

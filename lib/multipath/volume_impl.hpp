@@ -31,6 +31,8 @@
 
 namespace nvmeof::detail {
 
+class ControlSocket;
+
 /// One path as the whole volume sees it.
 ///
 /// Threading: `state`, `ana`, `generation`, `quiesce_ns`, `fenced_through` and `event` are
@@ -138,6 +140,10 @@ struct LanePath {
   bool probe_inflight = false;
   uint32_t probe_generation = 0;
   uint64_t probe_sent_ns = 0;
+  std::atomic<uint64_t> read_ios{0};   // completed pieces of reads (ios counts every op)
+  std::atomic<uint64_t> read_bytes{0};
+  std::atomic<uint64_t> write_ios{0};
+  std::atomic<uint64_t> write_bytes{0};
   LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
 };
 
@@ -307,6 +313,21 @@ class VolumeImpl : public FailoverEnv {
 
   mutable std::mutex timeline_mu_;  // guards timeline_ (rare: once per failover per lane)
   std::vector<FailoverEvent> timeline_;
+
+  /// Volume::stats(): lane snapshots (posted to each lane) plus the shared counters. Any thread
+  /// but a lane's.
+  VolumeStats collect_stats() const;
+
+  // -- observability (issue 12; lib/multipath/volume_observe.cpp) --
+  /// Opens the control socket (VolumeOptions::control_socket / NVMEOF_CONTROL_DIR) and the
+  /// metrics endpoint when asked for. After open() succeeded; errors as ControlSocket::open,
+  /// invalid_argument for a bad metrics_listen.
+  Result<void> start_observers();
+  /// Closes both; no request runs after it returns. Called first by shutdown().
+  void stop_observers();
+  std::string control_socket_path() const;
+  uint32_t serial_ = 0;                            // this process's volume number
+  std::unique_ptr<ControlSocket> control_socket_;  // control thread only once open
 
  private:
   // FailoverEnv (control thread).

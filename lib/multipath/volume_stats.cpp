@@ -54,8 +54,10 @@ const char* to_string(PathState s) noexcept {
   return "unknown";
 }
 
-VolumeStats Volume::stats() const {
-  auto& v = *impl_;
+VolumeStats Volume::stats() const { return impl_->collect_stats(); }
+
+VolumeStats detail::VolumeImpl::collect_stats() const {
+  auto& v = *this;
   VolumeStats s;
   s.ns = v.ns_;
   s.selector = v.selector_.load();
@@ -75,6 +77,12 @@ VolumeStats Volume::stats() const {
     ps.failovers = sp.failovers.load();
     ps.reconnects = sp.reconnects.load();
     ps.cqt_ms = sp.cqt_ms;
+    ps.transport = sp.addr.transport == Transport::tcp    ? "tcp"
+                   : sp.addr.transport == Transport::rdma ? "rdma"
+                                                          : "passthrough";
+    ps.traddr = sp.addr.traddr;
+    ps.trsvcid = sp.addr.trsvcid;
+    if (p < v.placement_.paths.size()) ps.numa_node = v.placement_.paths[p].node;
     LatencyHistogram h;
     for (size_t l = 0; l < v.lanes_.size(); ++l) {
       auto& lp = v.lanes_[l]->path(static_cast<int>(p));
@@ -84,6 +92,10 @@ VolumeStats Volume::stats() const {
       ps.retries += lp.retries.load(std::memory_order_relaxed);
       ps.hedges += lp.hedges.load(std::memory_order_relaxed);
       ps.hedge_wins += lp.hedge_wins.load(std::memory_order_relaxed);
+      ps.reads += lp.read_ios.load(std::memory_order_relaxed);
+      ps.read_bytes += lp.read_bytes.load(std::memory_order_relaxed);
+      ps.writes += lp.write_ios.load(std::memory_order_relaxed);
+      ps.write_bytes += lp.write_bytes.load(std::memory_order_relaxed);
       h.merge(snaps[l].latency[p]);
       ps.outstanding += snaps[l].outstanding[p];
     }
@@ -125,7 +137,10 @@ std::string to_json(const VolumeStats& s) {
                                           {"mean", p.latency.mean_us}}},
                           {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
                           {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers},
-                          {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms}});
+                          {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms},
+                          {"transport", p.transport}, {"traddr", p.traddr}, {"trsvcid", p.trsvcid},
+                          {"numa_node", p.numa_node}, {"reads", p.reads}, {"writes", p.writes},
+                          {"read_bytes", p.read_bytes}, {"write_bytes", p.write_bytes}});
   }
   j["timeline"] = json::array();
   for (const auto& e : s.timeline) {

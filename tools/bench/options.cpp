@@ -193,7 +193,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
   auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
-                        ->check(CLI::Range(0, 15))->needs(embedded);
+                        ->check(CLI::Range(0, 15));
   app.add_option("--fail-at", fail_at, "when to inject, from the start of the timed phase")
       ->check(duration_check)->needs(fail_path);
   app.add_option("--fail-kind", fail_kind, "fault to inject")
@@ -203,6 +203,11 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_option("--slow-latency", slow_latency, "delay per command for --fail-kind slow")
       ->check(duration_check)->needs(fail_path);
   app.add_option("--seed", o.seed, "random seed of the offsets and the read/write mix");
+  // Observability and external fault injection (issue 12).
+  auto* target_control = app.add_option(
+      "--target-control", o.target_control,
+      "control socket of an external nvmeof-target (its --control PATH): --fail-path faults go there");
+  target_control->needs(target);
 
   try {
     app.parse(argc, argv);
@@ -212,8 +217,10 @@ ParsedArgs parse_args(int argc, char** argv) {
       throw CLI::ValidationError("--bs", "at most 16m");
     if (o.host_ifaces.size() > o.targets.size())
       throw CLI::ValidationError("--host-iface", "at most one per --target");
-    if (o.has_fault() && static_cast<unsigned>(o.fail_path) >= o.paths)
-      throw CLI::ValidationError("--fail-path", "must be below --paths");
+    if (o.has_fault() && !o.embedded && o.target_control.empty())
+      throw CLI::ValidationError("--fail-path", "needs --embedded or --target-control");
+    if (o.has_fault() && static_cast<unsigned>(o.fail_path) >= (o.embedded ? o.paths : o.targets.size()))
+      throw CLI::ValidationError("--fail-path", "must be below the number of paths");
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return {std::nullopt, rc == 0 ? 0 : 2};

@@ -62,6 +62,8 @@ struct BenchOptions {
   std::chrono::nanoseconds restore_after{0};  ///< 0: the fault stays
   std::chrono::nanoseconds slow_latency = std::chrono::milliseconds(50);
   uint64_t seed = 1;
+  // Observability and external fault injection (issue 12).
+  std::string target_control;           ///< an external nvmeof-target's control socket
 
   bool has_fault() const noexcept { return fail_path >= 0; }
   /// Whether the workload issues reads at all.

@@ -1,0 +1,75 @@
+// nvmeof-paths' view of live user-space volumes: found as control sockets in a directory
+// (VolumeOptions::control_socket, NVMEOF_CONTROL_DIR), read with {"op":"stats"}, and rendered
+// next to the kernel's subsystems: text in the shape of `nvme list-subsys`, JSON with nvme-cli's
+// key names (plus ours per path), and the `nvme top`-like table of --watch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "control/kernel_paths.hpp"
+
+namespace nvmeof::paths {
+
+struct LivePath {
+  int index = 0;
+  std::string transport, traddr, trsvcid, address;
+  std::string state, ana_state;
+  uint32_t ana_group = 0;
+  uint32_t outstanding = 0;
+  uint64_t ios = 0, bytes = 0, reads = 0, writes = 0;
+  double p50_us = 0, p99_us = 0;
+  uint64_t errors = 0, retries = 0, failovers = 0, reconnects = 0;
+  int numa_node = -1;
+};
+
+struct LiveVolume {
+  int pid = 0;
+  uint32_t volume = 0;
+  std::string socket;
+  std::string nqn;
+  std::string selector;
+  double uptime_s = 0;
+  uint64_t completed = 0, failed = 0, waiting = 0;
+  uint64_t failover_events = 0;
+  std::string last_failover;  ///< "path 0: connection reset, fenced by ccr", "" when none
+  std::vector<LivePath> paths;
+
+  std::string name() const { return "nvmeof-" + std::to_string(pid) + "-" + std::to_string(volume); }
+};
+
+/// One stats reply (the JSON object a volume's socket answers) as a LiveVolume. false when the
+/// reply is not one.
+bool parse_live_volume(const nlohmann::json& reply, const std::string& socket, LiveVolume& out);
+
+/// Every volume socket in `dir` (nvmeof-<pid>-<n>.sock), read now; `pid` > 0 keeps that process's
+/// only. Sockets nobody answers (a process that died) are skipped; `errors` gets one line each
+/// for those that answered badly.
+std::vector<LiveVolume> read_live_volumes(const std::string& dir, int pid, std::vector<std::string>& errors);
+
+/// Text in the shape of `nvme list-subsys`: the kernel's subsystems (as before), then one
+/// subsystem line per live volume and ` +- ` per path (transport, address, state, ANA state, then
+/// our counters). MiB/s is the average since the volume opened.
+std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolume>& live);
+
+/// {"Subsystems":[...]} with nvme-cli's keys (Name, NQN, IOPolicy, Paths, Transport, Address,
+/// State, ANAState) for kernel subsystems and live volumes alike, ours per live path (ios,
+/// mib_per_s, latency_p50_us, latency_p99_us, errors, retries, failovers, reconnects,
+/// numa_node, ...); plus "subsystems", the kernel detail in the earlier snake_case shape.
+nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vector<LiveVolume>& live);
+
+/// The --watch screen: path health and path performance, like `nvme top`. Rates are the change
+/// from `before` (the previous sample, matched by socket and path) over `interval_s`; without a
+/// previous sample, the averages since open.
+std::string render_top(const std::vector<LiveVolume>& now, const std::vector<LiveVolume>& before,
+                       double interval_s);
+
+/// The kernel topology as the earlier --json printed it (snake_case; used by render_json).
+nlohmann::ordered_json kernel_json(const KernelTopology& topo);
+/// The kernel part of render_text.
+std::string kernel_text(const KernelTopology& topo);
+
+}  // namespace nvmeof::paths
