@@ -169,8 +169,8 @@ void on_done(IoRequest& req, const Cqe& cqe) noexcept {
 
 // Polls the reactor (draining the host's output) until a few turns pass without work.
 void settle(HostStream& hs, int fd, bool& host_open) {
-  for (int idle = 0, turns = 0; idle < 3 && turns < 2000; ++turns) {
-    const int n = g_reactor->poll(std::chrono::microseconds(200));
+  for (int idle = 0, turns = 0; idle < 2 && turns < 2000; ++turns) {
+    const int n = g_reactor->poll(std::chrono::microseconds(idle == 0 ? 0 : 50));
     if (host_open) host_open = hs.drain(fd);
     idle = n == 0 ? idle + 1 : 0;
   }
