@@ -226,6 +226,42 @@ TEST_CASE("an I/O larger than MDTS is split into commands and lands intact", "[m
   }
 }
 
+// Striping: the pieces of one large I/O are placed one by one by the selector, which sees the
+// pieces already placed, so they spread over both paths at once instead of queueing on one.
+// Small I/O first gives every path a latency and bandwidth estimate (the steady state).
+TEST_CASE("the pieces of an I/O larger than MDTS go to both paths", "[multipath][mdts][striping]") {
+  for (const SelectorKind sel : {SelectorKind::service_time, SelectorKind::queue_depth, SelectorKind::round_robin}) {
+    INFO("selector " << to_string(sel));
+    Rig rig(2, sel, 10, {}, 1s);
+    std::vector<uint8_t> small(kBlock);
+    for (uint64_t i = 0; i < 32; ++i) REQUIRE(run_io(*rig.vol, IoOp::read, small.data(), i, 1).is_success());
+    constexpr uint32_t kBlocks = 512;  // 2 MiB: sixteen pieces of 128 KiB
+    std::vector<uint8_t> w(size_t{kBlocks} * kBlock), r(size_t{kBlocks} * kBlock, 0);
+    for (uint32_t b = 0; b < kBlocks; ++b) fill_block(w.data() + size_t{b} * kBlock, 2000 + b, 11);
+    const PortStats w0 = rig.target->stats(0), w1 = rig.target->stats(1);
+    const VolumeStats v0 = rig.vol->stats();
+    REQUIRE(run_io(*rig.vol, IoOp::write, w.data(), 2000, kBlocks).is_success());
+    const PortStats r0 = rig.target->stats(0), r1 = rig.target->stats(1);
+    REQUIRE(run_io(*rig.vol, IoOp::read, r.data(), 2000, kBlocks).is_success());
+    const PortStats e0 = rig.target->stats(0), e1 = rig.target->stats(1);
+    const VolumeStats v1 = rig.vol->stats();
+    INFO(to_text(v1));
+    CHECK(r0.writes - w0.writes + r1.writes - w1.writes == 16);
+    CHECK(e0.reads - r0.reads + e1.reads - r1.reads == 16);
+    // Both paths carry a fair share of each direction (an even split is 8 and 8).
+    CHECK(r0.writes - w0.writes >= 4);
+    CHECK(r1.writes - w1.writes >= 4);
+    CHECK(e0.reads - r0.reads >= 4);
+    CHECK(e1.reads - r1.reads >= 4);
+    CHECK(path_ios(v1, 0) - path_ios(v0, 0) >= 8);
+    CHECK(path_ios(v1, 1) - path_ios(v0, 1) >= 8);
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      INFO("block " << b);
+      REQUIRE(block_matches(r.data() + size_t{b} * kBlock, 2000 + b, 11));
+    }
+  }
+}
+
 // Round-robin keeps sending to the path that dies, and the target holds each command there for
 // a millisecond, so commands are surely in flight when the connection goes: something must move.
 TEST_CASE("connection reset fails over without errors", "[multipath][fault]") {
