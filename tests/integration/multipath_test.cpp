@@ -475,6 +475,30 @@ TEST_CASE("commands failed with a path status are retried elsewhere", "[multipat
   rig.target->fail_commands(0, std::nullopt);
 }
 
+// Found by the soak run: a path that fails every command with a retryable status completes at
+// once and looks idle, so the selector kept handing it (and a second such path) the retries
+// until an I/O ran out of attempts and the application saw Internal Error. A retry now avoids
+// the paths whose last completion was an error while a path without one is usable.
+TEST_CASE("retryable errors on two of three paths never reach the application", "[multipath][fault]") {
+  Rig rig(3, SelectorKind::service_time, 10, {}, 1s);
+  rig.target->fail_commands(0, status::kInternalError);
+  rig.target->fail_commands(1, status::kInternalError);
+  Workload w(*rig.vol);
+  w.start();
+  const uint64_t until = w.completed() + 3000;
+  for (int i = 0; i < 20000 && w.completed() < until; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(w.finish(15s));
+  const auto st = rig.vol->stats();
+  INFO(to_text(st));
+  INFO("first error: " << w.first_error());
+  CHECK(w.completed() >= 3000);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(st.paths[0].errors + st.paths[1].errors > 0);  // the faulty paths were tried
+  rig.target->fail_commands(0, std::nullopt);
+  rig.target->fail_commands(1, std::nullopt);
+}
+
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {
   Rig rig(2);
   run_fault(rig, [&] {
