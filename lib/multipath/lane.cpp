@@ -352,6 +352,17 @@ void Lane::refresh_views() noexcept {
 
 void Lane::issue(Attempt& a) noexcept {
   refresh_views();
+  // A retry avoids the paths whose last completion was an error while a usable path without
+  // one remains: a path that fails every command with a retryable status answers at once and
+  // looks idle, so the selector would otherwise hand it the retries until they run out.
+  if (a.attempts > 0) {
+    bool clean = false;
+    for (size_t p = 0; p < views_.size(); ++p)
+      clean |= views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0 && paths_[p]->error_streak == 0;
+    if (clean)
+      for (size_t p = 0; p < views_.size(); ++p)
+        if (paths_[p]->error_streak > 0) views_[p].use = PathUse::unusable;
+  }
   const uint64_t now = Reactor::clock_ns();
   for (;;) {
     const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
@@ -398,6 +409,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   if (counted) lp.outstanding_bytes -= a.bytes;
   const NvmeStatus st = cqe.status();
   const uint64_t now = Reactor::clock_ns();
+  if (current) lp.error_streak = st.is_success() ? 0 : lp.error_streak + 1;
   if (st.is_success()) {
     if (current) {
       const uint64_t lat = now - a.issue_ns;
@@ -729,6 +741,7 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
   lp.generation = generation;
   lp.teardown_ns = 0;
   lp.peer_closed_ns = 0;
+  lp.error_streak = 0;
   lp.last_completion_ns = 0;
   lp.last_completed_issue_ns = 0;
   return {};

@@ -127,6 +127,7 @@ struct LanePath {
   uint64_t last_completed_issue_ns = 0;  // newest issue time among completed commands
   int stamped_resubmit = -1; // failover events whose timeline this lane already stamped
   int stamped_success = -1;
+  uint32_t error_streak = 0;  // failed completions since this pair's last success
   std::atomic<uint64_t> ios{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> errors{0};

@@ -290,6 +290,106 @@ void pdu_corpus() {
   }
 }
 
+// fuzz_queue_pair inputs: flags, command count and chunk size, one byte per command, then what
+// the fake controller sends (see fuzz_queue_pair.cpp). CIDs are 0, 1, ... in command order.
+struct CtrlStream {
+  tcp::Negotiated neg{};
+  Bytes b;
+  void resp(uint16_t cid, uint16_t status_field = 0) {
+    Cqe cqe{};
+    cqe.cid = cid;
+    cqe.status_field = status_field;
+    tcp::CapsuleResp r;
+    append_pdu(b, &r, tcp::fill_capsule_resp(r, cqe, neg), nullptr, 0);
+  }
+  void c2h(uint16_t cid, uint32_t off, uint32_t len, bool last, bool success) {
+    const Bytes data(len, static_cast<uint8_t>(0x30 + cid));
+    tcp::DataHeader d;
+    append_pdu(b, &d, tcp::fill_c2h_data(d, cid, off, len, last, success, neg), data.data(), len);
+  }
+  void r2t(uint16_t cid, uint16_t ttag, uint32_t off, uint32_t len) {
+    tcp::R2t t;
+    append_pdu(b, &t, tcp::fill_r2t(t, cid, ttag, off, len, neg), nullptr, 0);
+  }
+  void term() {
+    tcp::TermReq term;
+    tcp::fill_term_req(term, tcp::PduType::c2h_term_req, tcp::Fes::invalid_header_field, 4, 24);
+    append_pdu(b, &term, sizeof term, nullptr, 0);
+    b.resize(b.size() + 24, 0x04);
+  }
+};
+
+// Command bytes: kind (0 read, 1 write, 2 flush) and 512-byte blocks.
+constexpr uint8_t qp_read(unsigned blocks) { return static_cast<uint8_t>((blocks - 1) << 2); }
+constexpr uint8_t qp_write(unsigned blocks) { return static_cast<uint8_t>(1 | (blocks - 1) << 2); }
+constexpr uint8_t qp_flush = 2;
+
+Bytes qp_input(uint8_t flags, uint8_t chunk16, const Bytes& cmds, const CtrlStream& s) {
+  Bytes out{flags, static_cast<uint8_t>((cmds.size() - 1) | chunk16 << 3)};
+  out.insert(out.end(), cmds.begin(), cmds.end());
+  out.insert(out.end(), s.b.begin(), s.b.end());
+  return out;
+}
+
+void queue_pair_corpus() {
+  for (int dg = 0; dg < 4; ++dg) {
+    const bool hd = dg & 1, dd = dg & 2;
+    const tcp::Negotiated n{hd, dd, 0};
+    const auto f = static_cast<uint8_t>(dg);
+    const std::string sfx = "_dg" + std::to_string(dg);
+    {  // reads answered in two C2HData each, one with SUCCESS, the rest with a response
+      CtrlStream s;
+      s.neg = n;
+      s.c2h(0, 0, 2048, false, false);
+      s.c2h(0, 2048, 2048, true, false);
+      s.resp(0);
+      s.c2h(1, 0, 512, true, true);
+      s.c2h(2, 0, 8192, true, false);
+      s.resp(2);
+      put("corpus/queue_pair", "reads" + sfx, qp_input(f, 0, {qp_read(8), qp_read(1), qp_read(16)}, s));
+    }
+    {  // writes by R2T (two R2Ts for the second), a flush, then every response
+      CtrlStream s;
+      s.neg = n;
+      s.r2t(0, 7, 0, 4096);
+      s.r2t(1, 8, 0, 8192);
+      s.resp(2);
+      s.resp(0);
+      s.r2t(1, 9, 8192, 8192);
+      s.resp(1);
+      put("corpus/queue_pair", "writes_r2t" + sfx,
+          qp_input(static_cast<uint8_t>(f | 16), 2, {qp_write(8), qp_write(32), qp_flush}, s));
+    }
+  }
+  CtrlStream s;
+  s.resp(1);
+  s.c2h(0, 0, 4096, true, false);
+  s.resp(0, status::kInvalidField.cqe_field());
+  s.r2t(2, 1, 0, 1024);
+  s.resp(2);
+  put("corpus/queue_pair", "in_capsule_mixed", qp_input(32 | 1 << 6, 2, {qp_read(8), qp_flush, qp_write(32), qp_write(2)}, s));
+  CtrlStream bogus;
+  bogus.resp(5);  // no such command
+  put("corpus/queue_pair", "bogus_cid", qp_input(0, 0, {qp_read(1), qp_write(1)}, bogus));
+  CtrlStream off;
+  off.c2h(0, 512, 512, true, false);  // data at the wrong offset
+  put("corpus/queue_pair", "c2h_wrong_offset", qp_input(0, 0, {qp_read(2)}, off));
+  CtrlStream longer;
+  longer.c2h(0, 0, 4096, true, true);  // more data than the read asked for
+  put("corpus/queue_pair", "c2h_too_long", qp_input(2 << 6, 0, {qp_read(2)}, longer));
+  CtrlStream r2t;
+  r2t.r2t(0, 1, 0, 8192);  // R2T beyond the write, then one for a read
+  r2t.r2t(1, 2, 0, 512);
+  put("corpus/queue_pair", "r2t_out_of_range", qp_input(3 << 6, 0, {qp_write(4), qp_read(1)}, r2t));
+  CtrlStream cut;
+  cut.c2h(0, 0, 4096, true, true);
+  cut.b.resize(cut.b.size() - 1000);  // the stream ends in the middle of the PDU
+  put("corpus/queue_pair", "truncated_c2h", qp_input(0, 3, {qp_read(8)}, cut));
+  CtrlStream term;
+  term.term();
+  put("corpus/queue_pair", "term_req", qp_input(0, 0, {qp_read(1), qp_flush}, term));
+}
+
 // Identify and log pages as the embedded target returns them, whole and cut short.
 void identify_corpus() {
   TargetOptions o;
@@ -326,6 +426,7 @@ int main(int argc, char** argv) {
   target_corpus();
   target_regressions();
   pdu_corpus();
+  queue_pair_corpus();
   identify_corpus();
   return 0;
 }

@@ -226,6 +226,50 @@ TEST_CASE("an I/O larger than MDTS is split into commands and lands intact", "[m
   }
 }
 
+// Striping: the pieces of one large I/O are placed one by one by the selector, which sees the
+// pieces already placed, so they spread over both paths at once instead of queueing on one.
+// Queue depth and round robin place them the same way whatever the timing. Service time weighs
+// each path's measured bandwidth, which a loaded host makes noisy: it is checked on a fresh
+// volume, where no path has a measurement yet and the write's pieces rotate; its read (placed
+// by measurements) is only verified.
+TEST_CASE("the pieces of an I/O larger than MDTS go to both paths", "[multipath][mdts][striping]") {
+  for (const SelectorKind sel : {SelectorKind::queue_depth, SelectorKind::round_robin, SelectorKind::service_time}) {
+    INFO("selector " << to_string(sel));
+    const bool timing_free = sel != SelectorKind::service_time;
+    Rig rig(2, sel, 10, {}, 1s);
+    std::vector<uint8_t> small(kBlock);
+    if (timing_free)
+      for (uint64_t i = 0; i < 32; ++i) REQUIRE(run_io(*rig.vol, IoOp::read, small.data(), i, 1).is_success());
+    constexpr uint32_t kBlocks = 512;  // 2 MiB: sixteen pieces of 128 KiB
+    std::vector<uint8_t> w(size_t{kBlocks} * kBlock), r(size_t{kBlocks} * kBlock, 0);
+    for (uint32_t b = 0; b < kBlocks; ++b) fill_block(w.data() + size_t{b} * kBlock, 2000 + b, 11);
+    const PortStats w0 = rig.target->stats(0), w1 = rig.target->stats(1);
+    const VolumeStats v0 = rig.vol->stats();
+    REQUIRE(run_io(*rig.vol, IoOp::write, w.data(), 2000, kBlocks).is_success());
+    const PortStats r0 = rig.target->stats(0), r1 = rig.target->stats(1);
+    const VolumeStats v1 = rig.vol->stats();
+    REQUIRE(run_io(*rig.vol, IoOp::read, r.data(), 2000, kBlocks).is_success());
+    const PortStats e0 = rig.target->stats(0), e1 = rig.target->stats(1);
+    INFO(to_text(rig.vol->stats()));
+    CHECK(r0.writes - w0.writes + r1.writes - w1.writes == 16);
+    CHECK(e0.reads - r0.reads + e1.reads - r1.reads == 16);
+    // Both paths carry a fair share (an even split is 8 and 8), at the target and in the
+    // volume's path stats.
+    CHECK(r0.writes - w0.writes >= 4);
+    CHECK(r1.writes - w1.writes >= 4);
+    CHECK(path_ios(v1, 0) - path_ios(v0, 0) >= 4);
+    CHECK(path_ios(v1, 1) - path_ios(v0, 1) >= 4);
+    if (timing_free) {
+      CHECK(e0.reads - r0.reads >= 4);
+      CHECK(e1.reads - r1.reads >= 4);
+    }
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      INFO("block " << b);
+      REQUIRE(block_matches(r.data() + size_t{b} * kBlock, 2000 + b, 11));
+    }
+  }
+}
+
 // Round-robin keeps sending to the path that dies, and the target holds each command there for
 // a millisecond, so commands are surely in flight when the connection goes: something must move.
 TEST_CASE("connection reset fails over without errors", "[multipath][fault]") {
@@ -429,6 +473,30 @@ TEST_CASE("commands failed with a path status are retried elsewhere", "[multipat
   Rig rig(2);
   run_fault(rig, [&] { rig.target->fail_commands(0, NvmeStatus::make(Sct::path, 0x00)); }, 700ms, true);
   rig.target->fail_commands(0, std::nullopt);
+}
+
+// Found by the soak run: a path that fails every command with a retryable status completes at
+// once and looks idle, so the selector kept handing it (and a second such path) the retries
+// until an I/O ran out of attempts and the application saw Internal Error. A retry now avoids
+// the paths whose last completion was an error while a path without one is usable.
+TEST_CASE("retryable errors on two of three paths never reach the application", "[multipath][fault]") {
+  Rig rig(3, SelectorKind::service_time, 10, {}, 1s);
+  rig.target->fail_commands(0, status::kInternalError);
+  rig.target->fail_commands(1, status::kInternalError);
+  Workload w(*rig.vol);
+  w.start();
+  const uint64_t until = w.completed() + 3000;
+  for (int i = 0; i < 20000 && w.completed() < until; ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(w.finish(15s));
+  const auto st = rig.vol->stats();
+  INFO(to_text(st));
+  INFO("first error: " << w.first_error());
+  CHECK(w.completed() >= 3000);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(st.paths[0].errors + st.paths[1].errors > 0);  // the faulty paths were tried
+  rig.target->fail_commands(0, std::nullopt);
+  rig.target->fail_commands(1, std::nullopt);
 }
 
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {
