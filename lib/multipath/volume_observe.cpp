@@ -79,7 +79,7 @@ Result<void> VolumeImpl::start_observers() {
     }
     return fail("unknown op \"" + op + "\" (stats, set-selector)");
   };
-  auto sock = cp_.impl().call([&] { return ControlSocket::open(ctx_, path, handler); });
+  auto sock = ControllerAccess::impl(cp_).call([&] { return ControlSocket::open(ctx_, path, handler); });
   if (!sock) return sock.error();
   control_socket_ = std::move(*sock);
   return {};
@@ -87,7 +87,7 @@ Result<void> VolumeImpl::start_observers() {
 
 void VolumeImpl::stop_observers() {
   if (control_socket_) {
-    cp_.impl().call([this] { control_socket_->close(); });
+    ControllerAccess::impl(cp_).call([this] { control_socket_->close(); });
     control_socket_.reset();
   }
 }
