@@ -40,11 +40,13 @@ pc=$(find "$dest" -name nvmeof.pc -path '*/pkgconfig/*' | head -n 1)
 [ -n "$pc" ] || fail "no nvmeof.pc installed"
 [ -f "$(dirname "$pc")/nvmeof-target.pc" ] || fail "no nvmeof-target.pc installed"
 libdir=$(dirname "$(dirname "$pc")")
-export PKG_CONFIG_PATH=$(dirname "$pc")
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 export PKG_CONFIG_SYSROOT_DIR=$dest
 export LD_LIBRARY_PATH=$libdir
-prefix=$dest$(pkg-config --variable=prefix nvmeof)
-incdir=$dest$(pkg-config --variable=includedir nvmeof)
+in_dest() { case $1 in "$dest"/*) echo "$1" ;; *) echo "$dest$1" ;; esac; }
+prefix=$(in_dest "$(pkg-config --variable=prefix nvmeof)")
+incdir=$(in_dest "$(pkg-config --variable=includedir nvmeof)")
 bindir=$prefix/bin
 
 step "installed files"
@@ -75,10 +77,12 @@ if grep -nE '#include *[<"](liburing|boost/|nvme/|infiniband/|rdma/|isa-l|nlohma
 fi
 
 step "exported symbols"
-# Every identifier that follows "nvmeof::" must be a word of the installed headers, and no symbol
-# may belong to an Impl or to another namespace (std:: instantiations, boost::, ...).
+# Every name in a symbol's nvmeof:: qualification must be declared by the installed headers (their
+# code, comments left out), and no symbol may belong to an Impl, to an internal namespace or to
+# another namespace (std:: instantiations, boost::, ...).
 words=$work/words
-cat "$incdir"/nvmeof/* | grep -oE '[A-Za-z_][A-Za-z0-9_]*' | sort -u >"$words"
+sed -e 's|//.*||' -e 's|/\*.*\*/||' "$incdir"/nvmeof/* | grep -oE '[A-Za-z_][A-Za-z0-9_]*' |
+  sort -u >"$words"
 for lib in libnvmeof libnvmeof-target; do
   nm -D --defined-only -C "$libdir/$lib.so" | cut -c18- | sed 's/^. //' | sort -u >"$work/$lib.syms"
   bad=$(grep -vE '^((typeinfo|typeinfo name|vtable|VTT|guard variable) for )?nvmeof::|^nvmeof_' \
@@ -86,8 +90,10 @@ for lib in libnvmeof libnvmeof-target; do
   [ -z "$bad" ] || fail "$lib.so exports non-public symbols:"$'\n'"$bad"
   impl=$(sed 's/(.*//' "$work/$lib.syms" | grep -E '(^|::)Impl::' || true)
   [ -z "$impl" ] || fail "$lib.so exports internals:"$'\n'"$impl"
-  for name in $(sed 's/(.*//' "$work/$lib.syms" | grep -oE 'nvmeof::[A-Za-z_][A-Za-z0-9_]*' |
-                sed 's/nvmeof:://' | sort -u); do
+  internal=$(grep -E 'nvmeof::(tcp|rdma|uring|detail|target)::' "$work/$lib.syms" || true)
+  [ -z "$internal" ] || fail "$lib.so exports internals:"$'\n'"$internal"
+  for name in $(sed 's/(.*//' "$work/$lib.syms" | grep -oE 'nvmeof(::~?[A-Za-z_][A-Za-z0-9_]*)+' |
+                sed -e 's/::~\?/ /g' | tr ' ' '\n' | grep -vx nvmeof | sort -u); do
     grep -qx "$name" "$words" || fail "$lib.so exports nvmeof::$name, which no installed header declares"
   done
   echo "$lib.so: $(wc -l <"$work/$lib.syms") symbols, all public"
@@ -107,16 +113,17 @@ for h in "$incdir"/nvmeof/*.hpp; do
   if grep -E 'liburing|/boost/|/nvme/|infiniband|/rdma/|isa-l|nlohmann' "$work/deps"; then
     fail "$name reaches a dependency's header"
   fi
-  if tr ' \\' '\n\n' <"$work/deps" | grep '/nvmeof/' | grep -v "^$dest/"; then
+  if sed 's/[ \\]/\n/g' "$work/deps" | grep '/nvmeof/' | grep -v "^$dest/"; then
     fail "$name reaches a header outside the installed tree"
   fi
 done
-for h in version.h export.h; do
-  echo "#include <nvmeof/$h>" >"$work/one.c"
-  # shellcheck disable=SC2086
-  cc -std=c99 -Wall -Wextra -Wpedantic -Werror $cflags -fsyntax-only "$work/one.c" ||
-    fail "nvmeof/$h is not C"
-done
+printf '%s\n' '#include <nvmeof/version.h>' '#include <nvmeof/export.h>' \
+  'NVMEOF_API int f(void);' 'const char* v = NVMEOF_VERSION_STRING;' \
+  'int n = NVMEOF_VERSION + NVMEOF_VERSION_MAJOR + NVMEOF_VERSION_MINOR + NVMEOF_VERSION_PATCH;' \
+  >"$work/one.c"
+# shellcheck disable=SC2086
+cc -std=c99 -Wall -Wextra -Wpedantic -Werror $cflags -fsyntax-only "$work/one.c" ||
+  fail "nvmeof/version.h or nvmeof/export.h is not C"
 
 step "nvmeof-target (installed) on loopback, two paths"
 nqn=nqn.2024-01.io.nvmeof:install-test
@@ -157,13 +164,14 @@ mkdir -p "$work/sub/subprojects"
 ln -s "$src" "$work/sub/subprojects/nvmeof"
 cp "$here/consumer.cpp" "$work/sub/"
 cat >"$work/sub/meson.build" <<'MESON'
-project('consumer', 'cpp', default_options : ['cpp_std=c++20'])
+project('consumer', 'cpp', version : '1.0', default_options : ['cpp_std=c++20'])
 nvmeof_dep = dependency('nvmeof', fallback : ['nvmeof', 'nvmeof_dep'])
 executable('consumer', 'consumer.cpp', dependencies : nvmeof_dep)
 MESON
 (cd "$work/sub" && meson setup --wrap-mode=forcefallback build >"$work/sub.log" 2>&1) ||
   { tail -n 30 "$work/sub.log" >&2; fail "a project with nvmeof as a subproject does not configure"; }
-grep -q "Dependency nvmeof from subproject subprojects/nvmeof found: YES" "$work/sub.log" ||
+grep -q "Subproject nvmeof finished" "$work/sub.log" &&
+  grep -q "Dependency nvmeof found: YES $version (overridden)" "$work/sub.log" ||
   { tail -n 30 "$work/sub.log" >&2; fail "dependency('nvmeof') did not come from the subproject"; }
 if grep -i "warning" "$work/sub.log"; then fail "the subproject configures with warnings"; fi
 echo "install test: ok"
