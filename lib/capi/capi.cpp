@@ -117,22 +117,22 @@ namespace {
 
 void on_done(VolumeIo& io, NvmeStatus st) noexcept {
   Slot* s = static_cast<Slot*>(io.user);
+  nvmeof_volume* v = s->vol;
   s->status = st.raw;
-  s->vol->inflight.fetch_sub(1, std::memory_order_release);
   if (s->sync) {
     s->sync_done.store(1, std::memory_order_release);
     s->sync_done.notify_one();
-    return;
-  }
-  nvmeof_volume* v = s->vol;
-  if (v->cb) {
+  } else if (v->cb) {
     const nvmeof_event ev{s->cookie, s->status, s->op, {}};
     v->give(s);
     v->cb(&ev, v->cb_ctx);
-    return;
+  } else {
+    v->done_ring->push(s);  // never full: the ring holds every slot
+    v->signal();
   }
-  v->done_ring->push(s);  // never full: the ring holds every slot
-  v->signal();
+  // Last: close() waits for this to reach 0, so every completion has been delivered by then
+  // (the volume's teardown joins the reactors, which keeps `v` alive until here anyway).
+  v->inflight.fetch_sub(1, std::memory_order_release);
 }
 
 int to_errno(std::error_code ec) noexcept {

@@ -242,3 +242,11 @@ def test_fork(vol, target):
     b = bytearray(BS)
     vol.pread(b, 2000 * BS)
     assert b == pattern(BS, 5000)
+
+
+def test_discovery(target):
+    # Every path the target's discovery controller lists for the subsystem: both ports.
+    with nvmeof.Volume(discovery=target.addresses[0], nqn=target.nqn, io_deadline=2.0) as v:
+        assert len(v.stats()["paths"]) == 2
+        v.pwrite(pattern(BS, 6000), 2100 * BS)
+        assert target.read_ns(2100 * BS, BS) == pattern(BS, 6000)
