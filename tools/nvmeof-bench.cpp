@@ -179,6 +179,8 @@ int main(int argc, char** argv) {
   vo.fence_bound = std::chrono::duration_cast<std::chrono::milliseconds>(o.fence_bound);
   vo.use_ccr = o.ccr;
   vo.connect.kato_ms = o.kato_ms;
+  vo.control_socket = o.control_dir;
+  vo.metrics_listen = o.metrics_listen;
 
   auto opened = Volume::open(vo);
   if (!opened) {
@@ -186,6 +188,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Volume> volume = std::move(*opened);
+  if (volume->metrics_port() != 0)
+    say("metrics at http://" + o.metrics_listen.substr(0, o.metrics_listen.rfind(':')) + ":" +
+        std::to_string(volume->metrics_port()) + "/metrics");
+  if (!volume->control_socket_path().empty()) say("control socket " + volume->control_socket_path());
   report.placement_json = to_json(volume->placement());
   if (o.show_placement && !o.json) std::cout << to_text(volume->placement()) << std::flush;
   report.block_size = volume->block_size();

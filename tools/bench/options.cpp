@@ -205,6 +205,10 @@ ParsedArgs parse_args(int argc, char** argv) {
       "--target-control", o.target_control,
       "control socket of an external nvmeof-target (its --control PATH): --fail-path faults go there");
   target_control->needs(target);
+  app.add_option("--control-dir", o.control_dir,
+                 "publish the volume on a control socket in DIR (nvmeof-paths --control-dir DIR reads it)");
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "serve Prometheus metrics of the volume at ADDR:PORT/metrics (e.g. 127.0.0.1:9464)");
 
   try {
     app.parse(argc, argv);
