@@ -62,12 +62,15 @@ TEST_CASE("--target-control injects the fault into the external target", "[bench
   const auto j = report_of(r.output);
   CHECK(j["ok"] == true);
   CHECK(j["fault"]["injected"] == true);
-  REQUIRE(j["fault"]["timeline"].size() >= 1);
-  CHECK(j["fault"]["timeline"][0]["path"] == 0);
+  CHECK(r.output.find("fault not delivered") == std::string::npos);
+  // A loaded machine may add a deadline failover on either path; the reset's must be there.
+  bool path0 = false;
+  for (const auto& e : j["fault"]["timeline"]) path0 = path0 || e["path"] == 0;
+  CHECK(path0);
   CHECK(j["mismatches"] == 0);
-  // The target saw the reset: more connections on port 0 than the first connect made.
+  // The target saw the reset: port 0 was connected again (admin + one I/O queue per connect).
   const auto st = nlohmann::json::parse(test::run_command(t.bin + " ctl " + t.sock + " stats").output);
-  CHECK(st["ports"][0]["connections"].get<uint64_t>() > st["ports"][1]["connections"].get<uint64_t>());
+  CHECK(st["ports"][0]["connections"].get<uint64_t>() > 2);
 
   r = test::run_command(bench_bin() + " --target " + t.address(0) + " --target-control /tmp/nvmeof-no-such.sock "
                         "--fail-path 0 --runtime 300ms", 30);
