@@ -14,6 +14,7 @@
 
 #include "bench/fault_target.hpp"
 #include "bench/options.hpp"
+#include "bench/progress.hpp"
 #include "bench/report.hpp"
 #include "bench/workload.hpp"
 #include "nvmeof/target.hpp"
@@ -180,13 +181,39 @@ int main(int argc, char** argv) {
   vo.fence_bound = std::chrono::duration_cast<std::chrono::milliseconds>(o.fence_bound);
   vo.use_ccr = o.ccr;
   vo.connect.kato_ms = o.kato_ms;
+  vo.control_socket = o.control_dir;
+  vo.metrics_listen = o.metrics_listen;
 
-  auto opened = Volume::open(vo);
+  Result<std::unique_ptr<Volume>> opened = Errc::invalid_argument;
+  if (!o.discover.empty()) {
+    auto disc = TransportAddress::parse(o.discover);
+    if (!disc) {
+      std::fprintf(stderr, "nvmeof-bench: --discover %s: %s\n", o.discover.c_str(), disc.error().message().c_str());
+      return 2;
+    }
+    opened = Volume::open_discovered(*disc, vo);
+  } else {
+    opened = Volume::open(vo);
+  }
   if (!opened) {
     print_error("cannot open the volume", opened.error());
     return 1;
   }
   std::unique_ptr<Volume> volume = std::move(*opened);
+  if (!o.discover.empty()) {
+    const VolumeStats found = volume->stats();
+    for (const PathStats& p : found.paths) report.addresses.push_back(p.address);
+    say("discovered " + std::to_string(found.paths.size()) + " path(s) of " + o.nqn + " at " + o.discover);
+    if (o.has_fault() && static_cast<size_t>(o.fail_path) >= found.paths.size()) {
+      std::fprintf(stderr, "nvmeof-bench: --fail-path %d: the discovery controller listed %zu path(s)\n",
+                   o.fail_path, found.paths.size());
+      return 2;
+    }
+  }
+  if (volume->metrics_port() != 0)
+    say("metrics at http://" + o.metrics_listen.substr(0, o.metrics_listen.rfind(':')) + ":" +
+        std::to_string(volume->metrics_port()) + "/metrics");
+  if (!volume->control_socket_path().empty()) say("control socket " + volume->control_socket_path());
   report.placement_json = to_json(volume->placement());
   if (o.show_placement && !o.json) std::cout << to_text(volume->placement()) << std::flush;
   report.block_size = volume->block_size();
@@ -238,11 +265,14 @@ int main(int argc, char** argv) {
     work.start(Phase::timed);
     const uint64_t t0 = monotonic_ns();
     report.fault.inject_ns = t0;  // the timeline's origin until a fault is injected
+    ProgressLine progress(o.progress && !o.json, to_ns(o.runtime));
     for (uint64_t now = t0; now < t0 + to_ns(o.runtime); now = monotonic_ns()) {
+      progress.tick(now, t0, *volume);
       faults.tick(now, t0, work, *volume, report);
       work.service();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    progress.finish();
     work.request_stop();
     // Completions may wait for a path up to no_path_timeout; keep the fault schedule running.
     const uint64_t give_up = monotonic_ns() + to_ns(vo.no_path_timeout) + 5'000'000'000ull;

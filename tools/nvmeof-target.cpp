@@ -14,6 +14,7 @@
 #include "nvmeof/target.hpp"
 #include "target/target_control.hpp"
 #include "target/target_control_server.hpp"
+#include "target/target_metrics.hpp"
 
 using namespace nvmeof;
 
@@ -160,6 +161,9 @@ int main(int argc, char** argv) {
   app.add_option("--control", control_path,
                  "open a control socket (mode 0600) at PATH; drive it with `nvmeof-target ctl PATH "
                  "ana|fault|latency|fail-status|clear|stats ...`");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics of every port at ADDR:PORT/metrics (e.g. 127.0.0.1:9465)");
   app.footer("Control: nvmeof-target ctl PATH ana PORT STATE | fault PORT "
              "reset|blackhole|partition|refuse | latency PORT 5ms | fail-status PORT SCT/SC | "
              "clear PORT | stats");
@@ -226,8 +230,21 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<nvmeof::detail::MetricsExporter> metrics;
+  if (!metrics_listen.empty()) {
+    auto m = nvmeof::tools::start_target_metrics(**target, opts.ports.size(), metrics_listen);
+    if (!m) {
+      std::fprintf(stderr, "nvmeof-target: --metrics-listen %s: %s\n", metrics_listen.c_str(),
+                   m.error().message().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
+  }
   if (json) {
-    std::cout << describe(**target, opts).dump() << std::endl;
+    nlohmann::json j = describe(**target, opts);
+    if (metrics) j["metrics_port"] = metrics->port();
+    if (!control_path.empty()) j["control"] = control_path;
+    std::cout << j.dump() << std::endl;
   } else {
     for (size_t i = 0; i < opts.ports.size(); ++i)
       std::printf("nvmeof-target: listening on %s (ANA group %zu, %s)\n",
@@ -241,6 +258,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   control.stop();
+  metrics.reset();
   (*target)->stop();
   if (opts.log_connections) {
     for (size_t i = 0; i < opts.ports.size(); ++i) {

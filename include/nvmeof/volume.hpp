@@ -100,6 +100,11 @@ struct VolumeOptions {
   /// snapshot stats() takes. Volume::open fails with the socket's error (errno codes) when it
   /// cannot be opened.
   std::string control_socket;
+  /// "ADDR:PORT" (e.g. "127.0.0.1:9464"; port 0 picks one): serve Prometheus metrics of this
+  /// volume over HTTP at /metrics (nvmeof_volume_* and nvmeof_path_*; see README). Empty (the
+  /// default): none. Collected from the stats() snapshot at each scrape, nothing on the I/O
+  /// path. Volume::open fails with EADDRINUSE or invalid_argument when it cannot listen.
+  std::string metrics_listen;
 };
 
 /// One I/O on a volume. Owned by the caller until `done` runs; no allocation per I/O.
@@ -230,6 +235,12 @@ class Volume {
   VolumeStats stats() const;
   /// Paths usable for I/O right now.
   unsigned usable_paths() const noexcept;
+
+  // -- observability (issue 12) --
+  /// The TCP port of the metrics endpoint (VolumeOptions::metrics_listen), 0 when none.
+  uint16_t metrics_port() const noexcept;
+  /// The path of this volume's control socket, "" when none.
+  std::string control_socket_path() const;
 
   /// Awaitable form: `NvmeStatus s = co_await volume.read(buf, slba, nlb);`
   struct Awaitable {

@@ -67,6 +67,15 @@ class LatencyHistogram {
   }
 
   uint64_t count() const noexcept { return count_; }
+  /// Sum of the exact values (ns).
+  uint64_t sum() const noexcept { return sum_; }
+  /// Values in buckets that lie wholly at or below `ns` (a Prometheus bucket's cumulative count;
+  /// a value in the bucket straddling `ns` counts in the next bound up).
+  uint64_t count_at_most(uint64_t ns) const noexcept {
+    uint64_t n = 0;
+    for (size_t i = 0; i < kBuckets && bucket_high(i) <= ns; ++i) n += counts_[i];
+    return n;
+  }
   /// Largest value recorded, exact. 0 when empty.
   uint64_t max() const noexcept { return max_; }
   /// Smallest value recorded, exact. 0 when empty.

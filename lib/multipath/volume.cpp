@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 
 #include "control/control_socket.hpp"
+#include "control/metrics.hpp"
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdio>

@@ -32,6 +32,7 @@
 namespace nvmeof::detail {
 
 class ControlSocket;
+class MetricsExporter;
 
 /// One path as the whole volume sees it.
 ///
@@ -317,7 +318,8 @@ class VolumeImpl : public FailoverEnv {
 
   /// Volume::stats(): lane snapshots (posted to each lane) plus the shared counters. Any thread
   /// but a lane's.
-  VolumeStats collect_stats() const;
+  /// `all`, when given, gets every path's latency histogram merged in (the same snapshot).
+  VolumeStats collect_stats(LatencyHistogram* all = nullptr) const;
 
   // -- observability (issue 12; lib/multipath/volume_observe.cpp) --
   /// Opens the control socket (VolumeOptions::control_socket / NVMEOF_CONTROL_DIR) and the
@@ -327,8 +329,10 @@ class VolumeImpl : public FailoverEnv {
   /// Closes both; no request runs after it returns. Called first by shutdown().
   void stop_observers();
   std::string control_socket_path() const;
+  uint16_t metrics_port() const noexcept;  // 0 when none
   uint32_t serial_ = 0;                            // this process's volume number
   std::unique_ptr<ControlSocket> control_socket_;  // control thread only once open
+  std::unique_ptr<MetricsExporter> metrics_;       // its HTTP threads call collect_stats()
 
  private:
   // FailoverEnv (control thread).

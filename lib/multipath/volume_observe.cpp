@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "control/control_socket.hpp"
+#include "control/metrics.hpp"
 #include "multipath/volume_impl.hpp"
 
 namespace nvmeof::detail {
@@ -38,12 +39,24 @@ int make_dirs(const std::string& dir) {
 
 }  // namespace
 
+uint16_t VolumeImpl::metrics_port() const noexcept { return metrics_ ? metrics_->port() : 0; }
+
 std::string VolumeImpl::control_socket_path() const {
   return control_socket_ ? control_socket_->path() : std::string();
 }
 
 Result<void> VolumeImpl::start_observers() {
   serial_ = g_next_serial.fetch_add(1);
+  if (!opts_.metrics_listen.empty()) {
+    const std::string name = "nvmeof-" + std::to_string(::getpid()) + "-" + std::to_string(serial_);
+    auto m = MetricsExporter::start(opts_.metrics_listen, [this, name] {
+      LatencyHistogram all;
+      const VolumeStats s = collect_stats(&all);
+      return volume_families(name, s, all);
+    });
+    if (!m) return m.error();
+    metrics_ = std::move(*m);
+  }
   std::string dir = opts_.control_socket;
   if (dir.empty()) {
     const char* env = std::getenv("NVMEOF_CONTROL_DIR");
@@ -65,6 +78,7 @@ Result<void> VolumeImpl::start_observers() {
              {"volume", serial_},
              {"nqn", opts_.connect.subnqn},
              {"uptime_s", static_cast<double>(Reactor::clock_ns() - open_ns_) / 1e9},
+             {"metrics_port", metrics_port()},
              {"stats", Json::parse(to_json(s))}};
       return j.dump();
     }
@@ -86,6 +100,7 @@ Result<void> VolumeImpl::start_observers() {
 }
 
 void VolumeImpl::stop_observers() {
+  metrics_.reset();  // waits for a scrape in progress
   if (control_socket_) {
     ControllerAccess::impl(cp_).call([this] { control_socket_->close(); });
     control_socket_.reset();
@@ -93,3 +108,8 @@ void VolumeImpl::stop_observers() {
 }
 
 }  // namespace nvmeof::detail
+
+namespace nvmeof {
+uint16_t Volume::metrics_port() const noexcept { return impl_->metrics_port(); }
+std::string Volume::control_socket_path() const { return impl_->control_socket_path(); }
+}  // namespace nvmeof

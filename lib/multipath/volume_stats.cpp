@@ -56,7 +56,7 @@ const char* to_string(PathState s) noexcept {
 
 VolumeStats Volume::stats() const { return impl_->collect_stats(); }
 
-VolumeStats detail::VolumeImpl::collect_stats() const {
+VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   auto& v = *this;
   VolumeStats s;
   s.ns = v.ns_;
@@ -99,6 +99,7 @@ VolumeStats detail::VolumeImpl::collect_stats() const {
       h.merge(snaps[l].latency[p]);
       ps.outstanding += snaps[l].outstanding[p];
     }
+    if (all) all->merge(h);
     ps.iops = secs > 0 ? static_cast<double>(ps.ios) / secs : 0;
     ps.latency.p50_us = static_cast<double>(h.percentile(50)) / 1e3;
     ps.latency.p99_us = static_cast<double>(h.percentile(99)) / 1e3;

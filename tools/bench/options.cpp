@@ -204,22 +204,32 @@ ParsedArgs parse_args(int argc, char** argv) {
       ->check(duration_check)->needs(fail_path);
   app.add_option("--seed", o.seed, "random seed of the offsets and the read/write mix");
   // Observability and external fault injection (issue 12).
-  auto* target_control = app.add_option(
+  app.add_option(
       "--target-control", o.target_control,
       "control socket of an external nvmeof-target (its --control PATH): --fail-path faults go there");
-  target_control->needs(target);
+  auto* discover = app.add_option("--discover", o.discover,
+                                  "ADDR:PORT of a discovery controller: open every path it lists for --nqn");
+  discover->excludes(target)->excludes(embedded);
+  app.add_flag("!--no-progress", o.progress, "no status line while running (none either when stderr is not a terminal)");
+  app.add_option("--control-dir", o.control_dir,
+                 "publish the volume on a control socket in DIR (nvmeof-paths --control-dir DIR reads it)");
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "serve Prometheus metrics of the volume at ADDR:PORT/metrics (e.g. 127.0.0.1:9464)");
 
   try {
     app.parse(argc, argv);
-    if (!o.embedded && o.targets.empty())
-      throw CLI::RequiredError("--target or --embedded");
+    if (!o.embedded && o.targets.empty() && o.discover.empty())
+      throw CLI::RequiredError("--target, --discover or --embedded");
+    if (!o.target_control.empty() && o.embedded)
+      throw CLI::ValidationError("--target-control", "is for an external target (--target or --discover)");
     if (const auto b = parse_size(bs); b && *b > (16u << 20))
       throw CLI::ValidationError("--bs", "at most 16m");
     if (o.host_ifaces.size() > o.targets.size())
       throw CLI::ValidationError("--host-iface", "at most one per --target");
     if (o.has_fault() && !o.embedded && o.target_control.empty())
       throw CLI::ValidationError("--fail-path", "needs --embedded or --target-control");
-    if (o.has_fault() && static_cast<unsigned>(o.fail_path) >= (o.embedded ? o.paths : o.targets.size()))
+    if (o.has_fault() && o.discover.empty() &&
+        static_cast<unsigned>(o.fail_path) >= (o.embedded ? o.paths : o.targets.size()))
       throw CLI::ValidationError("--fail-path", "must be below the number of paths");
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);

@@ -64,6 +64,10 @@ struct BenchOptions {
   uint64_t seed = 1;
   // Observability and external fault injection (issue 12).
   std::string target_control;           ///< an external nvmeof-target's control socket
+  std::string control_dir;              ///< VolumeOptions::control_socket
+  std::string metrics_listen;           ///< VolumeOptions::metrics_listen
+  std::string discover;                 ///< ADDR:PORT of a discovery controller (--discover)
+  bool progress = true;                 ///< the status line on a terminal (--no-progress)
 
   bool has_fault() const noexcept { return fail_path >= 0; }
   /// Whether the workload issues reads at all.
