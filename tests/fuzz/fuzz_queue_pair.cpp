@@ -32,7 +32,7 @@
 
 #include "core/crc32c.hpp"
 #include "nvmeof/command.hpp"
-#include "nvmeof/reactor.hpp"
+#include "reactor/reactor.hpp"
 #include "transport/tcp/pdu.hpp"
 #include "transport/tcp/queue_pair.hpp"
 

@@ -2,7 +2,6 @@
 // path the discovery controller lists, --target-control injects --fail-path's fault into that
 // target (the report and the target's own stats show it), the status line stays off when
 // stderr is not a terminal, and ProgressLine renders rates and shares from two snapshots.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <unistd.h>

@@ -3,7 +3,6 @@
 // handed back), a path is failed only when it stays silent and its probe goes unanswered, and a
 // single slow path is never failed on a deadline. Every run verifies its data; the budget is
 // read from the volume's own failover timeline.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <chrono>

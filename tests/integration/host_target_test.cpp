@@ -1,7 +1,6 @@
 // The host side (Controller, TCP queue pairs, SyncIo) against the embedded target over
 // loopback: identify, data integrity across sizes, digests and queue depths, ANA, keep-alive,
 // connection errors and every fault the target injects.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>

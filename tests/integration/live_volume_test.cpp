@@ -2,7 +2,6 @@
 // NVMEOF_CONTROL_DIR) under verified I/O against the embedded target, read by the real
 // nvmeof-paths binary (text and JSON, --volume PID) and steered with set-selector through the
 // socket. The socket is mode 0600 and goes with the volume.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>

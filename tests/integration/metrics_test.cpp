@@ -2,7 +2,6 @@
 // verified I/O against the embedded target, scraped twice; every metric of the issue is there,
 // counters move with the I/O, a failover and an ANA change show. nvmeof-target --metrics-listen
 // is scraped the same way. Bad listen addresses fail Volume::open.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>

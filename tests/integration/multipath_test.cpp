@@ -2,7 +2,6 @@
 // target can inject. Each fault runs under a verified mixed read/write workload; the assertions:
 // zero errors seen by the application, zero data mismatches, no I/O lost, I/O kept flowing
 // after the fault, and the failover timeline recorded the event.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <atomic>

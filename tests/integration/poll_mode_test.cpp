@@ -2,7 +2,6 @@
 // data; an idle adaptive (or sleeping) volume costs no CPU; a busy one keeps spinning while idle
 // and says so in its stats. CPU is read from the reactor threads' own CPU clocks
 // (VolumeStats::reactor_cpu_ns); no I/O is timed.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <chrono>

@@ -1,5 +1,4 @@
 // Reactor: timers, pollers, cross-thread post() and wake() on a real io_uring.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <sys/eventfd.h>

@@ -3,7 +3,6 @@
 // change what the volume sees: ANA state moves traffic, a reset is a failover, failing statuses
 // are errors the volume retries, latency shows in the path's latency, clear gives the path back.
 // Bad port, state, status and socket give a clear error and a non-zero exit.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>

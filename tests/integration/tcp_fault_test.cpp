@@ -1,7 +1,6 @@
 // The TCP queue pair against a tiny scripted fake controller: every malformed or hostile answer
 // fails the pair with the documented error, completes outstanding commands with a host path
 // error, and never crashes.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>

@@ -2,7 +2,6 @@
 // replies of live volumes in tests/golden/paths/live_snapshot.json must render exactly to the
 // checked-in live_expected.txt and live_expected.json (and the --watch table to live_top.txt).
 // On a mismatch the actual output is written next to the build's test log for a diff.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

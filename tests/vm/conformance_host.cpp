@@ -9,7 +9,6 @@
 //               touching CONF_READY once I/O runs (the script then removes port 2); with
 //               CONF_EXPECT_LOSS=1 path 2 must have failed over meanwhile.
 // Addresses and the NQN come from TCP1, TCP2 and NQN (exported by guest_lib.sh).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -9,7 +9,6 @@
 //   [disconnect] a controller reset (the fence of a kernel path) and back to live; then every
 //              kernel controller of the subsystem deleted through libnvme.
 // Addresses and the NQN come from TCP1, TCP2, RDMA_ADDR, NQN and NVMET (guest_lib.sh).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstdio>

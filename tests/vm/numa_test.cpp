@@ -9,7 +9,6 @@
 //  * each reactor sends its I/O to its own node's path while both are optimized, and to the
 //    other one once its own is gone; a non-reactor thread's I/O runs on its node's reactor.
 // Environment: NQN, NUMA_ADDR0/NUMA_IF0 (node 0), NUMA_ADDR1/NUMA_IF1 (node 1), NUMA_READY.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <sched.h>

@@ -20,7 +20,6 @@
 // The script sets the ANA states ([ghost], [unsafe]: path 1 non-optimized, so every write goes
 // to path 0 until it fails). Addresses, interfaces and the backing file come from NETNS_ADDR0,
 // NETNS_ADDR1, NETNS_IF0 and NS1_FILE (exported by guest_lib.sh).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>

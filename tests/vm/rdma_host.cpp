@@ -9,7 +9,6 @@
 //              verified workload for CONF_SECONDS; touches CONF_READY once I/O runs. With
 //              CONF_EXPECT_LOSS=1 the RDMA path must fail, reconnect and carry I/O again.
 // Addresses and the NQN come from RDMA_ADDR, TCP1 and NQN (exported by guest_lib.sh).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <algorithm>
