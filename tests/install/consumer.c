@@ -1,6 +1,6 @@
-/* An out-of-tree consumer of the installed library through the C API only: connects to the
- * target at argv[1] (subsystem argv[2], default nqn.2024-01.io.nvmeof:target), writes 64 KiB,
- * reads it back, verifies it, exits 0. Built by the install test with
+/* An out-of-tree consumer of the installed library through the C API only: opens subsystem
+ * argv[1] over the paths argv[2..] (ADDR:PORT each), writes 64 KiB, reads it back, verifies it,
+ * exits 0. Built by the install test with
  * `cc consumer.c $(pkg-config --cflags --libs nvmeof)`. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,19 +9,17 @@
 #include <nvmeof/nvmeof.h>
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: consumer ADDR:PORT [NQN]\n");
+  if (argc < 3) {
+    fprintf(stderr, "usage: consumer NQN ADDR:PORT [ADDR:PORT...]\n");
     return 2;
   }
   nvmeof_volume_options opts;
   nvmeof_volume_options_init(&opts);
-  opts.subnqn = argc > 2 ? argv[2] : "nqn.2024-01.io.nvmeof:target";
-  const char* paths[1];
-  paths[0] = argv[1];
+  opts.subnqn = argv[1];
   nvmeof_volume* vol = NULL;
-  int rc = nvmeof_volume_open(paths, 1, &opts, &vol);
+  int rc = nvmeof_volume_open((const char* const*)(argv + 2), (size_t)(argc - 2), &opts, &vol);
   if (rc != 0) {
-    fprintf(stderr, "consumer: open %s: %s\n", argv[1], nvmeof_strerror(rc));
+    fprintf(stderr, "consumer: open %s: %s\n", argv[2], nvmeof_strerror(rc));
     return 1;
   }
   const size_t len = 64 * 1024;
@@ -52,6 +50,6 @@ int main(int argc, char** argv) {
   nvmeof_buffer_free(out);
   nvmeof_buffer_free(in);
   nvmeof_volume_close(vol);
-  printf("consumer: %zu bytes written and verified through %s\n", len, argv[1]);
+  printf("consumer: %zu bytes written and verified over %d path(s) of %s\n", len, argc - 2, argv[1]);
   return 0;
 }
