@@ -10,7 +10,7 @@
         await vol.read(buf, 0)                         # from asyncio
 
 Offsets and lengths are bytes, multiples of `vol.block_size`. Buffers are any contiguous
-buffer-protocol object (bytearray, memoryview, numpy array, CPU torch tensor via .numpy()).
+buffer-protocol object (bytearray, memoryview, numpy array, CPU torch tensor).
 
 fork: a volume belongs to the process that opened it. Using it in a forked child (a PyTorch
 DataLoader worker) raises ForkedVolumeError; open a new Volume in the child instead (in the
@@ -235,6 +235,16 @@ class Volume:
         try:
             mv = memoryview(buf)
         except TypeError:
+            mv = None
+            # torch tensors do not export the buffer protocol; a CPU tensor's numpy() view
+            # shares its memory (detach() too), so I/O lands in the tensor itself.
+            if type(buf).__module__.startswith("torch") and hasattr(buf, "numpy"):
+                dev = getattr(buf, "device", None)
+                if dev is not None and getattr(dev, "type", "cpu") != "cpu":
+                    raise TypeError(f"nvmeof: {what}: a torch tensor must be on the CPU, this "
+                                    f"one is on {dev}") from None
+                mv = memoryview(buf.detach().numpy())
+        if mv is None:
             raise TypeError(f"nvmeof: {what}: buffer must support the buffer protocol "
                             f"(bytearray, memoryview, numpy array), got {type(buf).__name__}") from None
         if not mv.c_contiguous:

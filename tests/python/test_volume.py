@@ -49,10 +49,13 @@ def test_buffer_kinds(vol):
 def test_torch_tensor(vol):
     torch = pytest.importorskip("torch")
     t = torch.arange(BS // 4, dtype=torch.int32)
-    vol.pwrite(t.numpy(), 3 * BS)
+    vol.pwrite(t, 3 * BS)
     r = torch.zeros(BS // 4, dtype=torch.int32)
-    vol.pread(r.numpy(), 3 * BS)  # the numpy view shares the tensor's memory
+    vol.pread(r, 3 * BS)  # straight into the tensor's memory
     assert torch.equal(t, r)
+    r2 = torch.zeros(BS // 4, dtype=torch.int32)
+    vol.pread(r2.numpy(), 3 * BS)  # its numpy view shares that memory too
+    assert torch.equal(t, r2)
 
 
 def test_alloc():
