@@ -92,8 +92,10 @@ cp -u "$ktree/boot/vmlinuz-$kver" "$dir/vmlinuz"
 # ---- initramfs ---------------------------------------------------------------
 # The project's own binaries are dynamically linked against these; each is
 # optional so the testbed works before the project's dependencies are in.
+# (prometheus-cpp for the metrics endpoint; copy_elf brings civetweb and zlib behind it.)
 project_libs=(liburing.so.2 libnvme.so.1 libisal.so.2 libibverbs.so.1
-              librdmacm.so.1 libfmt.so.9 libstdc++.so.6 libm.so.6 libgcc_s.so.1)
+              librdmacm.so.1 libfmt.so.9 libstdc++.so.6 libm.so.6 libgcc_s.so.1
+              libprometheus-cpp-core.so.1.0 libprometheus-cpp-pull.so.1.0)
 present=()
 for l in "${project_libs[@]}"; do
     [ -e "$multiarch/$l" ] && present+=("$l")
