@@ -427,10 +427,13 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     }
     lp.ios.store(lp.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     lp.bytes.store(lp.bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
-    if (a.io->op == IoOp::read) {
+    // An abandoned attempt's twin may have delivered already, so its VolumeIo may be gone (and
+    // the read it duplicated is counted once, by the twin).
+    const IoOp op = a.abandoned ? IoOp::flush : a.io->op;
+    if (op == IoOp::read) {
       lp.read_ios.store(lp.read_ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       lp.read_bytes.store(lp.read_bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
-    } else if (a.io->op == IoOp::write) {
+    } else if (op == IoOp::write) {
       lp.write_ios.store(lp.write_ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       lp.write_bytes.store(lp.write_bytes.load(std::memory_order_relaxed) + a.bytes, std::memory_order_relaxed);
     }

@@ -9,7 +9,9 @@
 
 namespace nvmeof {
 
-struct NVMEOF_LOCAL Target::Impl {
+// Declared inside the header's default-visibility block, so no visibility attribute here (clang
+// refuses one that differs from the declaration); it has no out-of-line members to export.
+struct Target::Impl {
   target::TargetCore core;
   std::mutex stop_mu;  // serializes stop() from several threads
   bool stopped = false;
