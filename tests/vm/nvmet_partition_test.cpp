@@ -57,9 +57,10 @@ using Clock = std::chrono::steady_clock;
 using test::env_or;
 
 constexpr auto kFenceBound = 100ms;
-// The derived deadline (15 to 25 ms) fails healthy paths under TCG; this one detects the cut
-// well before the heals below and stays far above TCG's stalls.
-constexpr auto kIoDeadline = 250ms;
+// The derived deadline (15 to 25 ms) fails healthy paths under TCG. A path is failed after
+// twice an explicit deadline of silence with its probe unanswered (a slow path is hedged, not
+// failed), so this one fails the cut path about 200 to 300 ms in: before the 400 ms heal below.
+constexpr auto kIoDeadline = 100ms;
 constexpr auto kWorkloadRun = 5s;  // after the cut: the hold (about 3.1 s) and some more
 // Disjoint LBA regions (4 KiB blocks of the 64 MiB namespace).
 constexpr uint64_t kGhostBase = 0;
