@@ -58,12 +58,33 @@ struct TargetNamespace {
   Nguid nguid{};                ///< all zero: derived from subsystem NQN + nsid
 };
 
+/// A host allowed to use a subsystem, with the keys it authenticates with (DH-HMAC-CHAP).
+struct TargetHost {
+  std::string nqn;              ///< the host NQN (Connect HOSTNQN)
+  /// The host's secret in the interchange form `DHHC-1:0X:<base64>:`; empty: the host is not
+  /// asked to authenticate.
+  std::string dhchap_key;
+  /// The controller's secret (same form): when set, the host may also authenticate the
+  /// controller (bidirectional). Only with dhchap_key.
+  std::string dhchap_ctrl_key;
+};
+
+/// Whether any host may connect to a subsystem.
+enum class HostAccess : uint8_t {
+  /// Any host when every port listens on a loopback address; otherwise only `hosts`.
+  automatic,
+  any,          ///< any host (hosts listed in `hosts` still authenticate with their keys)
+  allow_list,   ///< only the hosts in `hosts`
+};
+
 /// An NVM subsystem. The discovery subsystem (kDiscoveryNqn) always exists besides these.
 struct TargetSubsystem {
   std::string nqn = "nqn.2024-01.io.nvmeof:target";
   std::vector<TargetNamespace> namespaces{TargetNamespace{}};
   std::string serial = "NVMEOF0001";
   std::string model = "nvmeof embedded target";
+  std::vector<TargetHost> hosts;  ///< allowed hosts and their keys (see access)
+  HostAccess access = HostAccess::automatic;
 };
 
 /// A listening port. Its ANA group id (and discovery PORTID) is the port index + 1. Controllers
