@@ -5,13 +5,17 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
+#include "target/host_access.hpp"
 #include "target/target_control.hpp"
 #include "target/target_control_server.hpp"
 #include "target/target_metrics.hpp"
@@ -68,6 +72,111 @@ bool parse_listen(const std::string& s, TargetPort& p) {
   return true;
 }
 
+// A host NQN as --allow-host and the key flags take it: "nqn." and printable, at most 223 bytes.
+bool valid_host_nqn(const std::string& n, std::string& why) {
+  if (n.rfind("nqn.", 0) != 0) return why = "expected an NQN starting with \"nqn.\"", false;
+  if (n.size() > 223) return why = "an NQN has at most 223 bytes", false;
+  for (const char c : n)
+    if (c <= 0x20 || c > 0x7e) return why = "an NQN has no spaces or control characters", false;
+  return true;
+}
+
+// The shape of a DH-HMAC-CHAP secret in its interchange form, "DHHC-1:0X:<base64>:" (X 0..3).
+// Only the shape: the authentication layer validates the key itself.
+bool dhchap_shape(const std::string& k) {
+  if (k.rfind("DHHC-1:", 0) != 0 || k.size() < 12) return false;
+  if (k[7] != '0' || k[8] < '0' || k[8] > '3' || k[9] != ':' || k.back() != ':') return false;
+  for (size_t i = 10; i + 1 < k.size(); ++i) {
+    const char c = k[i];
+    const bool b64 = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                     c == '+' || c == '/' || c == '=';
+    if (!b64) return false;
+  }
+  return true;
+}
+
+// "NQN=SECRET" of --host-key / --host-ctrl-key; SECRET "@FILE" reads it from FILE (one line).
+bool parse_host_key(const char* flag, const std::string& arg, std::string& nqn, std::string& key) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
+    std::fprintf(stderr, "nvmeof-target: %s %s: expected NQN=SECRET (SECRET: DHHC-1:... or @FILE)\n",
+                 flag, arg.c_str());
+    return false;
+  }
+  nqn = arg.substr(0, eq);
+  std::string why;
+  if (!valid_host_nqn(nqn, why)) {
+    std::fprintf(stderr, "nvmeof-target: %s %s: %s\n", flag, nqn.c_str(), why.c_str());
+    return false;
+  }
+  key = arg.substr(eq + 1);
+  if (key[0] == '@') {
+    const std::string path = key.substr(1);
+    std::ifstream in(path);
+    if (path.empty() || !in) {
+      std::fprintf(stderr, "nvmeof-target: %s %s: cannot read the key file '%s'\n", flag,
+                   nqn.c_str(), path.c_str());
+      return false;
+    }
+    std::ostringstream all;
+    all << in.rdbuf();
+    key = all.str();
+    while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ' ||
+                            key.back() == '\t'))
+      key.pop_back();
+  }
+  if (!dhchap_shape(key)) {
+    // Never echo the secret itself.
+    std::fprintf(stderr, "nvmeof-target: %s %s: the secret is not of the form DHHC-1:0X:<base64>: "
+                 "(X 0 to 3)\n", flag, nqn.c_str());
+    return false;
+  }
+  return true;
+}
+
+// The access rule of the (only) subsystem, for the start-up line and the JSON.
+struct AccessInfo {
+  bool any_host = true;
+  std::string line;     // what the start-up output says
+  std::string warning;  // empty, or a warning for stderr
+};
+
+AccessInfo access_info(const TargetOptions& o, const TargetSubsystem& s) {
+  AccessInfo a;
+  a.any_host = nvmeof::target::any_host_allowed(s, o.ports);
+  std::string open_addr;
+  for (const auto& p : o.ports)
+    if (!nvmeof::target::is_loopback_traddr(p.traddr)) {
+      open_addr = p.traddr;
+      break;
+    }
+  if (a.any_host) {
+    if (s.access == HostAccess::automatic) {
+      a.line = "any host may connect (every listen address is loopback)";
+    } else {
+      a.line = "any host may connect (--allow-any-host)";
+      if (!open_addr.empty())
+        a.warning = "warning: --allow-any-host: any host that reaches " + open_addr +
+                    " (not a loopback address) may connect";
+    }
+    return a;
+  }
+  if (s.hosts.empty()) {
+    a.line = "no host may connect: " + open_addr +
+             " is not a loopback address and no --allow-host was given";
+    a.warning = "warning: no host may connect to " + s.nqn +
+                ": name hosts with --allow-host NQN, or open it with --allow-any-host";
+    return a;
+  }
+  a.line = s.hosts.size() == 1 ? std::string("only this host may connect:")
+                               : "only these " + std::to_string(s.hosts.size()) + " hosts may connect:";
+  for (const auto& h : s.hosts) {
+    a.line += " " + h.nqn;
+    if (!h.dhchap_key.empty()) a.line += h.dhchap_ctrl_key.empty() ? " (key)" : " (key, ctrl key)";
+  }
+  return a;
+}
+
 nlohmann::json describe(const Target& t, const TargetOptions& o) {
   nlohmann::json j;
   j["ports"] = nlohmann::json::array();
@@ -92,7 +201,15 @@ nlohmann::json describe(const Target& t, const TargetOptions& o) {
                     {"block_size", n.block_size},
                     {"backing", n.file.empty() ? "ram" : "file"},
                     {"file", n.file}});
-    j["subsystems"].push_back({{"nqn", s.nqn}, {"namespaces", ns}});
+    // The hosts, never their keys.
+    nlohmann::json hosts = nlohmann::json::array();
+    for (const auto& h : s.hosts) hosts.push_back(h.nqn);
+    const AccessInfo a = access_info(o, s);
+    j["subsystems"].push_back({{"nqn", s.nqn},
+                               {"namespaces", ns},
+                               {"any_host", a.any_host},
+                               {"hosts", hosts},
+                               {"access", a.line}});
   }
   j["discovery_nqn"] = kDiscoveryNqn;
   j["cqt_ms"] = o.cqt_ms;
@@ -154,6 +271,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ana", ana, "PORT=STATE: initial ANA state of port index PORT (optimized, "
                  "non-optimized, inaccessible, persistent-loss, change), repeatable");
+  std::vector<std::string> allow_hosts, host_keys, host_ctrl_keys;
+  bool allow_any_host = false;
+  app.add_option("--allow-host", allow_hosts,
+                 "host NQN allowed to connect, repeatable; once any host is named (here or by a "
+                 "key), only the named hosts may connect");
+  app.add_flag("--allow-any-host", allow_any_host,
+               "any host may connect (the default only when every listen address is loopback)");
+  app.add_option("--host-key", host_keys,
+                 "NQN=SECRET: the host's DH-HMAC-CHAP secret (DHHC-1:... or @FILE), repeatable; "
+                 "adds the host to the allowed ones");
+  app.add_option("--host-ctrl-key", host_ctrl_keys,
+                 "NQN=SECRET: the controller's secret for bidirectional authentication of that "
+                 "host (needs --host-key for it), repeatable");
   app.add_flag("--log", opts.log_connections, "log connects, disconnects and errors to stderr");
   app.add_flag("--json", json, "print the bound ports as one JSON line on start");
   // Fault rehearsal from outside: `nvmeof-target ctl PATH ...` talks to this socket.
@@ -208,6 +338,47 @@ int main(int argc, char** argv) {
   opts.subsystems[0].nqn = nqn;
   opts.subsystems[0].namespaces = {ns};
 
+  // Host entries: --allow-host in order, then hosts only a key names.
+  std::vector<TargetHost>& hosts = opts.subsystems[0].hosts;
+  auto entry = [&hosts](const std::string& n) -> TargetHost& {
+    for (auto& h : hosts)
+      if (h.nqn == n) return h;
+    hosts.push_back(TargetHost{n, {}, {}});
+    return hosts.back();
+  };
+  for (const auto& h : allow_hosts) {
+    std::string why;
+    if (!valid_host_nqn(h, why)) {
+      std::fprintf(stderr, "nvmeof-target: --allow-host %s: %s\n", h.c_str(), why.c_str());
+      return 2;
+    }
+    entry(h);
+  }
+  for (const auto& [flag, list] : {std::pair{"--host-key", &host_keys},
+                                   std::pair{"--host-ctrl-key", &host_ctrl_keys}}) {
+    const bool ctrl = std::string(flag) == "--host-ctrl-key";
+    for (const auto& arg : *list) {
+      std::string n, key;
+      if (!parse_host_key(flag, arg, n, key)) return 2;
+      TargetHost& h = entry(n);
+      std::string& slot = ctrl ? h.dhchap_ctrl_key : h.dhchap_key;
+      if (!slot.empty()) {
+        std::fprintf(stderr, "nvmeof-target: %s: %s has a key already\n", flag, n.c_str());
+        return 2;
+      }
+      slot = key;
+    }
+  }
+  for (const auto& h : hosts)
+    if (!h.dhchap_ctrl_key.empty() && h.dhchap_key.empty()) {
+      std::fprintf(stderr, "nvmeof-target: --host-ctrl-key %s: needs --host-key for that host too\n",
+                   h.nqn.c_str());
+      return 2;
+    }
+  opts.subsystems[0].access =
+      allow_any_host ? HostAccess::any : hosts.empty() ? HostAccess::automatic : HostAccess::allow_list;
+  const AccessInfo access = access_info(opts, opts.subsystems[0]);
+
   // Block the signals before any thread starts so every thread inherits the mask and only
   // sigwait below receives them.
   sigset_t sigs;
@@ -240,6 +411,7 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*m);
   }
+  if (!access.warning.empty()) std::fprintf(stderr, "nvmeof-target: %s\n", access.warning.c_str());
   if (json) {
     nlohmann::json j = describe(**target, opts);
     if (metrics) j["metrics_port"] = metrics->port();
@@ -252,6 +424,7 @@ int main(int argc, char** argv) {
     std::printf("nvmeof-target: %s nsid 1: %llu bytes, %u-byte blocks, %s\n", nqn.c_str(),
                 static_cast<unsigned long long>(ns.size_bytes), block_size,
                 file.empty() ? "RAM" : file.c_str());
+    std::printf("nvmeof-target: %s: %s\n", nqn.c_str(), access.line.c_str());
     std::fflush(stdout);
   }
 

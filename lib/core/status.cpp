@@ -89,7 +89,12 @@ class NvmeCategory final : public std::error_category {
  public:
   const char* name() const noexcept override { return "nvme"; }
   std::string message(int v) const override {
-    return "NVMe status " + to_string(NvmeStatus{static_cast<uint16_t>(v)});
+    const NvmeStatus st{static_cast<uint16_t>(v)};
+    std::string m = "NVMe status " + to_string(st);
+    // The Connect statuses a user can act on get a plain explanation.
+    if (st.sct() == Sct::command_specific && st.sc() == 0x84)
+      m += ": host not allowed: the subsystem does not allow this host NQN (not on its allow list)";
+    return m;
   }
 };
 

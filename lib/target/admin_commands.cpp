@@ -86,7 +86,9 @@ std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp
   const Subsystem& s = ctx.ctrl.subsystem();
   known = true;
   if (s.is_discovery()) {
-    if (lid == 0x70) return build_discovery_log(1, ctx.core.discovery_records(ctx.local_addr));
+    // A host sees only the subsystems it may connect to.
+    if (lid == 0x70)
+      return build_discovery_log(1, ctx.core.discovery_records(ctx.local_addr, ctx.ctrl.hostnqn()));
     known = false;
     return {};
   }

@@ -35,6 +35,14 @@ ConnectResult failed(NvmeStatus st) {
   return r;
 }
 
+// An NQN as the log prints it: what a host sent may hold any byte.
+std::string printable(const std::string& s) {
+  std::string out = s;
+  for (char& ch : out)
+    if (ch < 0x20 || ch > 0x7e) ch = '?';
+  return out;
+}
+
 template <size_t N>
 std::string bounded(const char (&s)[N]) {
   return std::string(s, ::strnlen(s, N));
@@ -58,6 +66,13 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   if (hostnqn.empty()) return invalid(true, offsetof(nvmf_connect_data, hostnqn));
   Subsystem* subsys = core.subsystem(subnqn);
   if (!subsys) return invalid(true, offsetof(nvmf_connect_data, subsysnqn));
+  // Access control, admin and I/O queues alike (the discovery subsystem allows any host).
+  if (!subsys->allows(hostnqn)) {
+    ConnectResult r = failed(status::kConnectInvalidHost);
+    r.refused_host = printable(hostnqn);
+    r.refused_subsystem = printable(subnqn);
+    return r;
+  }
   if (sqsize == 0 || sqsize + 1 > core.opts.max_queue_depth) return invalid(false, kSqeSqsizeOffset);
 
   ConnectResult r;

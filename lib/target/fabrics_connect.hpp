@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "nvmeof/command.hpp"
 #include "nvmeof/status.hpp"
@@ -26,10 +27,15 @@ struct ConnectResult {
   uint16_t qid = 0;
   uint32_t sq_entries = 0;  ///< SQSIZE + 1
   bool sq_flow_control = true;  ///< false when the host disabled it (CATTR bit 2)
+  /// Set when the subsystem does not allow the host (status connect-invalid-host): its NQNs,
+  /// for the one line the connection logs.
+  std::string refused_host;
+  std::string refused_subsystem;
 };
 
 /// Validates and executes a Connect that arrived on `port` with connect data `data`.
-/// Errors (CQE status): connect-incompatible-format (RECFMT), connect-invalid-parameters with
+/// Errors (CQE status): connect-invalid-host (SCT 1h SC 84h) when the subsystem does not allow
+/// the host NQN (Subsystem::allows), connect-incompatible-format (RECFMT), connect-invalid-parameters with
 /// DW0 naming the field (empty host NQN, unknown subsystem NQN, SQSIZE 0 or above MQES, unknown CNTLID, another
 /// host's controller, QID out of range or on the discovery subsystem), connect-controller-busy
 /// (QID already connected, association being torn down, no free controller id).

@@ -1,16 +1,23 @@
 #include "target/subsystem.hpp"
 
 #include <algorithm>
+#include <set>
+#include <string_view>
 
 #include "target/controller.hpp"
 
 namespace nvmeof::target {
 
-Result<std::unique_ptr<Subsystem>> Subsystem::create(const TargetSubsystem& cfg) {
+Result<std::unique_ptr<Subsystem>> Subsystem::create(const TargetSubsystem& cfg, bool any_host) {
   if (cfg.nqn.empty() || cfg.nqn.size() > 223 || cfg.nqn == kDiscoveryNqn)
     return Errc::invalid_argument;
+  std::set<std::string_view> seen;
+  for (const auto& h : cfg.hosts)
+    if (h.nqn.empty() || h.nqn.size() > 223 || !seen.insert(h.nqn).second) return Errc::invalid_argument;
   std::unique_ptr<Subsystem> s(new Subsystem);
   s->nqn_ = cfg.nqn;
+  s->hosts_ = cfg.hosts;
+  s->any_host_ = any_host;
   s->serial_ = cfg.serial;
   s->model_ = cfg.model;
   for (const auto& n : cfg.namespaces) {
@@ -32,6 +39,16 @@ std::unique_ptr<Subsystem> Subsystem::discovery() {
   s->model_ = "nvmeof discovery controller";
   s->kind_ = SubsystemKind::discovery;
   return s;
+}
+
+bool Subsystem::allows(std::string_view hostnqn) const noexcept {
+  return any_host_ || host(hostnqn) != nullptr;
+}
+
+const TargetHost* Subsystem::host(std::string_view hostnqn) const noexcept {
+  for (const auto& h : hosts_)
+    if (h.nqn == hostnqn) return &h;
+  return nullptr;
 }
 
 NsStore* Subsystem::ns(uint32_t nsid) const noexcept {

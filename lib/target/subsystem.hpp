@@ -1,6 +1,7 @@
-// An NVM subsystem of the embedded target (or the discovery subsystem): its namespaces and the
-// registry of its live controllers, which hands out dynamic controller ids.
-// Threading: namespaces are fixed after create(); the controller registry is guarded by a mutex
+// An NVM subsystem of the embedded target (or the discovery subsystem): its namespaces, the
+// hosts allowed to use it (with their keys), and the registry of its live controllers, which
+// hands out dynamic controller ids.
+// Threading: namespaces and hosts are fixed after create(); the controller registry is guarded by a mutex
 // because admin and I/O queue connects arrive on different connection threads.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nvmeof/status.hpp"
@@ -23,9 +25,11 @@ enum class SubsystemKind : uint8_t { nvm, discovery };
 
 class Subsystem {
  public:
-  /// Opens every namespace. Errors: invalid_argument (duplicate nsid, empty nqn), NsStore errors.
-  static Result<std::unique_ptr<Subsystem>> create(const TargetSubsystem& cfg);
-  /// The discovery subsystem (kDiscoveryNqn), reachable on every port.
+  /// Opens every namespace. `any_host`: whether a host not in cfg.hosts may connect (the
+  /// resolved HostAccess, see any_host_allowed). Errors: invalid_argument (duplicate nsid, empty
+  /// nqn, a host entry with an empty, too long or duplicate NQN), NsStore errors.
+  static Result<std::unique_ptr<Subsystem>> create(const TargetSubsystem& cfg, bool any_host);
+  /// The discovery subsystem (kDiscoveryNqn), reachable on every port by any host.
   static std::unique_ptr<Subsystem> discovery();
 
   const std::string& nqn() const noexcept { return nqn_; }
@@ -33,6 +37,15 @@ class Subsystem {
   const std::string& model() const noexcept { return model_; }
   SubsystemKind kind() const noexcept { return kind_; }
   bool is_discovery() const noexcept { return kind_ == SubsystemKind::discovery; }
+
+  /// Whether host `hostnqn` may connect (and see this subsystem in the discovery log).
+  bool allows(std::string_view hostnqn) const noexcept;
+  /// Whether any host may connect, listed or not.
+  bool any_host() const noexcept { return any_host_; }
+  /// The host entry of `hostnqn` (its keys), or nullptr when the subsystem lists none.
+  const TargetHost* host(std::string_view hostnqn) const noexcept;
+  /// The listed hosts, in the order given.
+  const std::vector<TargetHost>& hosts() const noexcept { return hosts_; }
 
   /// The namespace `nsid`, or nullptr.
   NsStore* ns(uint32_t nsid) const noexcept;
@@ -57,6 +70,8 @@ class Subsystem {
   std::string model_;
   SubsystemKind kind_ = SubsystemKind::nvm;
   std::vector<std::unique_ptr<NsStore>> ns_;
+  std::vector<TargetHost> hosts_;
+  bool any_host_ = true;
 
   mutable std::mutex mu_;  // guards the two fields below
   std::map<uint16_t, std::weak_ptr<Controller>> ctrls_;

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <set>
 
+#include "target/host_access.hpp"
 #include "target/port.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
@@ -54,7 +55,7 @@ Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
   target::TargetCore& core = impl->core;
   core.opts = opts;
   for (const auto& s : opts.subsystems) {
-    auto sub = target::Subsystem::create(s);
+    auto sub = target::Subsystem::create(s, target::any_host_allowed(s, opts.ports));
     if (!sub) return sub.error();
     core.subsystems.push_back(std::move(*sub));
   }

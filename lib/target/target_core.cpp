@@ -16,10 +16,12 @@ std::vector<AnaGroupView> TargetCore::ana_groups() const {
   return g;
 }
 
-std::vector<DiscoveryRecord> TargetCore::discovery_records(const std::string& local_addr) const {
+std::vector<DiscoveryRecord> TargetCore::discovery_records(const std::string& local_addr,
+                                                           std::string_view hostnqn) const {
   std::vector<DiscoveryRecord> r;
   for (const auto& p : ports) {
     for (const auto& s : subsystems) {
+      if (!s->allows(hostnqn)) continue;
       DiscoveryRecord d;
       d.traddr = p->is_wildcard() ? local_addr : p->traddr();
       d.trsvcid = std::to_string(p->number());

@@ -35,9 +35,11 @@ struct TargetCore {
   Subsystem* subsystem(std::string_view nqn) const noexcept;
   /// Every port's ANA group as the log reports it, index = port.
   std::vector<AnaGroupView> ana_groups() const;
-  /// Every port x NVM subsystem. A wildcard port reports `local_addr` (the address the asking
-  /// host reached us at) instead of 0.0.0.0 / ::, which no host could connect to.
-  std::vector<DiscoveryRecord> discovery_records(const std::string& local_addr) const;
+  /// Every port x NVM subsystem that host `hostnqn` may use (Subsystem::allows). A wildcard
+  /// port reports `local_addr` (the address the asking host reached us at) instead of
+  /// 0.0.0.0 / ::, which no host could connect to.
+  std::vector<DiscoveryRecord> discovery_records(const std::string& local_addr,
+                                                 std::string_view hostnqn) const;
   /// Largest transfer of one command in bytes (MDTS, or 256 MiB when MDTS is 0).
   uint32_t max_transfer() const noexcept;
 };

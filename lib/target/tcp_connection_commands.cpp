@@ -198,6 +198,12 @@ void TcpConnection::execute_connect(Slot& s) {
                     qid_, ctrl_->cntlid(), ctrl_->hostnqn().c_str());
       log("connected", detail);
     }
+  } else if (!r.refused_host.empty()) {
+    // Always logged, once per refused Connect: a host the allow list does not name.
+    char detail[600];
+    std::snprintf(detail, sizeof detail, "host %s is not allowed to use %s (%s)",
+                  r.refused_host.c_str(), r.refused_subsystem.c_str(), to_string(r.status).c_str());
+    log("connect refused", detail);
   } else if (core_.opts.log_connections) {
     log("connect refused", to_string(r.status).c_str());
   }
