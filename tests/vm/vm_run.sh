@@ -2,7 +2,9 @@
 # Runs a script or a host-built binary inside the QEMU testbed guest (Linux
 # nvmet + the Linux NVMe-oF host, see README.md) and exits with its exit code.
 #
-# usage: vm_run.sh [--numa] [--mp Y|N] [--timeout S] <script-or-binary> [args...]
+# usage: vm_run.sh [--kernel 6.1|6.12] [--numa] [--mp Y|N] [--timeout S] <script-or-binary> [args...]
+#   --kernel V   guest kernel: 6.1 (default, Debian 12's) or 6.12 (bookworm-backports:
+#                NVMe host/target authentication and NVMe/TCP TLS built)
 #   --numa       two NUMA nodes, one CPU each, a second NIC on node 1
 #   --mp Y|N     nvme-core native multipath (default N)
 #   --timeout S  hard limit for the whole run (default $NVMEOF_VM_TIMEOUT or 300)
@@ -22,16 +24,19 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 say() { echo "vm_run: $*" >&2; }
 usage() {
-    sed -n '5,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '5,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 numa=0
 mp=N
+kernel=6.1
 limit=${NVMEOF_VM_TIMEOUT:-300}
 while (($#)); do
     case $1 in
         --numa) numa=1; shift ;;
+        --kernel) kernel=${2:?}; shift 2 ;;
+        --kernel=*) kernel=${1#*=}; shift ;;
         --mp) mp=${2:?}; shift 2 ;;
         --mp=*) mp=${1#*=}; shift ;;
         --timeout) limit=${2:?}; shift 2 ;;
@@ -43,14 +48,20 @@ while (($#)); do
 done
 (($#)) || usage
 [[ $mp == [YN] ]] || usage
+[[ $kernel == 6.1 || $kernel == 6.12 ]] || usage
 payload=$(realpath -e -- "$1" 2>/dev/null) || { say "no such payload: $1"; exit 1; }
 shift
 
 dir=${NVMEOF_VM_DIR:-$root/build/vm}
 rc=0
-"$here/build_guest.sh" "$dir" || rc=$?
+"$here/build_guest.sh" --kernel "$kernel" "$dir" || rc=$?
 ((rc == 0)) || exit $rc
 dir=$(cd "$dir" && pwd)
+if [ "$kernel" = 6.1 ]; then
+    vmlinuz=$dir/vmlinuz initrd=$dir/initrd.img
+else
+    vmlinuz=$dir/vmlinuz-$kernel initrd=$dir/initrd-$kernel.img
+fi
 
 run=$(mktemp -d "$dir/run.XXXXXX")
 ctl=$run/ctl
@@ -100,7 +111,7 @@ if [ -x "$payload" ]; then prog=("$payload"); else prog=(sh "$payload"); fi
 guest_limit=$((limit > 60 ? limit - 25 : limit * 2 / 3))
 qemu=(qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 2G -smp 2
       -nographic -no-reboot
-      -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img"
+      -kernel "$vmlinuz" -initrd "$initrd"
       -append "console=ttyS0 panic=1 quiet nvmeof.mp=$mp nvmeof.timeout=$guest_limit"
       -netdev user,id=n0
       -fsdev "local,id=fsctl,path=$ctl,security_model=none"
@@ -126,7 +137,7 @@ else
     qemu+=(-device virtio-net-pci,netdev=n0,bus=pcie.0,romfile=)
 fi
 
-say "booting: $(basename "$payload") $*; multipath=$mp$( ((numa)) && echo ", two NUMA nodes"); limit ${limit}s"
+say "booting: $(basename "$payload") $*; kernel $kernel, multipath=$mp$( ((numa)) && echo ", two NUMA nodes"); limit ${limit}s"
 start=$(date +%s.%N)
 set +e
 # The filter drops the firmware's banner and terminal resets.
