@@ -29,6 +29,12 @@
 // changes take effect for commands received after the call returns. Methods taking a port index
 // ignore an index out of range (getters then return an empty/zero value).
 //
+// Access: a Connect (admin or I/O queue) from a host a subsystem does not allow (see HostAccess;
+// HostAccess::automatic decides once, at start, from every port's configured traddr) completes
+// with Connect Invalid Host (SCT 1h SC 84h, DNR) and one line naming the host is logged to
+// stderr. The discovery subsystem allows any host; its log lists a host only the subsystems
+// that host may connect to.
+//
 // Protocol errors from a host (malformed PDU, bad digest, H2CData outside its R2T, a second
 // ICReq) never stop the target: that connection gets a C2HTermReq and is closed, one line is
 // logged to stderr, and PortStats::errors counts it. A data digest error fails only its command
@@ -196,7 +202,8 @@ class Target {
  public:
   /// Binds every port and starts serving. Errors: errno codes (EADDRINUSE, ...; from open/mmap
   /// for namespaces), invalid_argument for bad options (no port, duplicate NQN or NSID, a block
-  /// size other than 512/4096, a size not a multiple of it, out-of-range limits).
+  /// size other than 512/4096, a size not a multiple of it, out-of-range limits, a host entry
+  /// with an empty, over 223-byte or duplicate NQN).
   static Result<std::unique_ptr<Target>> start(const TargetOptions& opts);
   ~Target();  ///< stop()
 
