@@ -47,6 +47,8 @@ struct Rig {
   explicit Rig(size_t npaths) : net(npaths) {
     TargetOptions to;
     to.ports.clear();
+    // The namespace's addresses are not loopback, so only listed hosts could connect by default.
+    to.subsystems[0].access = HostAccess::any;
     for (size_t i = 0; i < npaths; ++i) {
       TargetPort p;
       p.traddr = net.target_addr(i);
@@ -266,6 +268,8 @@ GhostResult run_ghost(const GhostCase& gc) {
   test::PartitionNet net(2);
   TargetOptions to;
   to.ports.clear();
+  // The namespace's addresses are not loopback, so only listed hosts could connect by default.
+  to.subsystems[0].access = HostAccess::any;
   for (size_t i = 0; i < 2; ++i) {
     TargetPort p;
     p.traddr = net.target_addr(i);
@@ -440,6 +444,8 @@ TEST_CASE("a flapping path never stalls the healthy one", "[partition][flap]") {
   test::PartitionNet net(2);
   TargetOptions to;
   to.ports.clear();
+  // The namespace's addresses are not loopback, so only listed hosts could connect by default.
+  to.subsystems[0].access = HostAccess::any;
   for (size_t i = 0; i < 2; ++i) {
     TargetPort p;
     p.traddr = net.target_addr(i);
