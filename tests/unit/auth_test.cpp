@@ -493,3 +493,22 @@ TEST_CASE("dhchap: run_host_authentication drives a transaction over send/receiv
       [](size_t) -> Result<Bytes> { return Errc::timeout; }, &why);
   CHECK(r.error() == make_error_code(Errc::timeout));
 }
+
+TEST_CASE("Authentication Send/Receive commands: fields and data direction") {
+  Sqe c;
+  prep_auth_send(c, 72);
+  const auto* b = reinterpret_cast<const uint8_t*>(&c);
+  CHECK(c.opcode == opcode::kFabrics);
+  CHECK(fabrics_type(c) == kFctypeAuthSend);
+  CHECK(b[43] == kSecpDhchap);  // SECP, SPSP1, SPSP0, NSSF from byte 43 down
+  CHECK(b[42] == kSpspDhchap);
+  CHECK(b[41] == kSpspDhchap);
+  CHECK(c.cdw11 == 72u);  // TL
+  CHECK(is_host_to_controller(c));
+  CHECK_FALSE(is_controller_to_host(c));
+  prep_auth_receive(c, 4096);
+  CHECK(fabrics_type(c) == kFctypeAuthReceive);
+  CHECK(c.cdw11 == 4096u);  // AL
+  CHECK(is_controller_to_host(c));
+  CHECK_FALSE(is_host_to_controller(c));
+}
