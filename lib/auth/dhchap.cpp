@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/log.hpp"
-
 namespace nvmeof::auth {
 namespace {
 
@@ -287,32 +285,6 @@ Step ControllerAuth::on_success2(std::span<const uint8_t> m) {
   if (s->tid != tid_) return fail(FailureReason::incorrect_payload, "Success2 of transaction " + std::to_string(s->tid));
   state_ = State::authenticated;
   return done({});
-}
-
-// ------------------------------------------------------------------------------ driver
-
-Result<void> run_host_authentication(const HostAuthConfig& cfg, uint16_t qid, uint16_t cntlid,
-                                     const AuthSend& send_fn, const AuthReceive& receive_fn, std::string* why) {
-  HostAuth host(cfg);
-  Step step = host.start();
-  auto failed = [&](std::string text, std::error_code ec) -> Result<void> {
-    detail::log_warning("DH-HMAC-CHAP: %s qid %u cntlid %u: %s", cfg.subnqn.c_str(), qid, cntlid, text.c_str());
-    if (why) *why = std::move(text);
-    return ec;
-  };
-  while (step.kind == StepKind::send) {
-    if (auto r = send_fn(step.out); !r) return failed("Authentication Send failed: " + r.error().message(), r.error());
-    auto got = receive_fn(kAuthReceiveLength);
-    if (!got) return failed("Authentication Receive failed: " + got.error().message(), got.error());
-    step = host.on_message(*got);
-  }
-  if (!step.out.empty()) {
-    auto r = send_fn(step.out);
-    if (step.kind == StepKind::done && !r)
-      return failed("Authentication Send (Success2) failed: " + r.error().message(), r.error());
-  }
-  if (step.kind == StepKind::done) return {};
-  return failed(step.error, Errc::authentication_failed);
 }
 
 }  // namespace nvmeof::auth
