@@ -227,7 +227,9 @@ TEST_CASE("a wrong controller key is refused by the host (Failure2) and the queu
 
 TEST_CASE("a host that stops mid-transaction is dropped after the timeout") {
   const Keys k;
-  Rig rig(options(k, false, 200ms));
+  // Each step of the host below must beat the timeout even on a loaded machine; what is
+  // checked is that silence ends the queue, not how exactly the timer fires.
+  Rig rig(options(k, false, 1500ms));
   Client admin;
   connect_admin(admin, rig.port());
   // Negotiate, read the Challenge, then say nothing more.
