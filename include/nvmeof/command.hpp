@@ -270,12 +270,14 @@ inline uint32_t rw_nlb(const Sqe& c) noexcept { return (c.cdw12 & 0xffff) + 1; }
 
 /// Whether the command moves data from host to controller (opcode bits 1:0 = 01b), the
 /// convention of the NVMe opcode encoding. Fabrics Connect also sends data (connect data).
+// A Fabrics command's direction is in FCTYPE bits 1:0 (Connect and Authentication Send send
+// data, Authentication Receive returns it).
 inline bool is_host_to_controller(const Sqe& c) noexcept {
-  if (c.opcode == opcode::kFabrics) return fabrics_type(c) == fctype::kConnect;
+  if (c.opcode == opcode::kFabrics) return (fabrics_type(c) & 0x3) == 0x1;
   return (c.opcode & 0x3) == 0x1;
 }
 inline bool is_controller_to_host(const Sqe& c) noexcept {
-  if (c.opcode == opcode::kFabrics) return false;
+  if (c.opcode == opcode::kFabrics) return (fabrics_type(c) & 0x3) == 0x2;
   return (c.opcode & 0x3) == 0x2;
 }
 

@@ -142,6 +142,10 @@ struct TargetOptions {
   uint8_t anatt_s = 2;               ///< ANA transition time reported (Identify ANATT)
   C2hSuccess c2h_success = C2hSuccess::sq_flow_control_disabled;
   bool log_connections = false;      ///< print connects/disconnects/errors to stderr
+  /// DH-HMAC-CHAP: a queue asked to authenticate (its host entry has a key) that has not
+  /// finished the transaction this long after its Connect or its last authentication command
+  /// is dropped (its connection closed, PortStats::auth_failures counted).
+  std::chrono::milliseconds auth_timeout{5000};
 };
 
 /// Fault injection, per port. Combine freely; `clear_faults` restores normal service.
@@ -195,6 +199,10 @@ struct PortStats {
   /// The most output (bytes) any one connection of this port held unsent at once, a peer that
   /// does not read included. It stays within 8 MiB, or one transfer (MDTS) if that is larger.
   uint64_t max_output_backlog = 0;
+  uint64_t authentications = 0;  ///< queues that completed DH-HMAC-CHAP
+  /// Queues whose DH-HMAC-CHAP failed: a wrong key, no common hash or group, a malformed
+  /// message, a Failure2 from the host, or the auth_timeout (each is logged to stderr).
+  uint64_t auth_failures = 0;
 };
 
 /// A running target; stop() or the destructor ends it.

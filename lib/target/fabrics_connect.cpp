@@ -8,6 +8,7 @@
 
 #include "target/clock.hpp"
 #include "target/controller.hpp"
+#include "target/queue_auth.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
 
@@ -93,6 +94,7 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
     if (auto st = r.ctrl->bind_io_queue(qid, conn); !st.is_success()) return failed(st);
   }
   r.ctrl->touch(now_ns());
+  r.host = find_host_entry(core.opts, subnqn, hostnqn);
   r.status = status::kSuccess;
   r.dw0 = r.ctrl->cntlid();
   return r;

@@ -11,6 +11,7 @@
 
 #include "nvmeof/command.hpp"
 #include "nvmeof/status.hpp"
+#include "nvmeof/target.hpp"
 
 namespace nvmeof::target {
 
@@ -20,6 +21,8 @@ class TcpConnection;
 struct TargetCore;
 
 struct ConnectResult {
+  /// The host's entry in the subsystem's configuration (its keys), or nullptr.
+  const TargetHost* host = nullptr;
   NvmeStatus status;
   uint32_t dw0 = 0;  ///< CNTLID on success; IATTR/IPO of the bad parameter on failure
   Subsystem* subsys = nullptr;

@@ -255,6 +255,8 @@ PortStats Port::stats() const noexcept {
   s.ccr_completed = counters_.ccr_completed.load(std::memory_order_relaxed);
   s.keep_alive_expiries = counters_.keep_alive_expiries.load(std::memory_order_relaxed);
   s.max_output_backlog = counters_.max_output_backlog.load(std::memory_order_relaxed);
+  s.authentications = counters_.authentications.load(std::memory_order_relaxed);
+  s.auth_failures = counters_.auth_failures.load(std::memory_order_relaxed);
   return s;
 }
 

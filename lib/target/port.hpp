@@ -102,6 +102,8 @@ class Port {
     std::atomic<uint64_t> ccr_completed{0};
     std::atomic<uint64_t> keep_alive_expiries{0};
     std::atomic<uint64_t> max_output_backlog{0};
+    std::atomic<uint64_t> authentications{0};
+    std::atomic<uint64_t> auth_failures{0};
   };
   Counters& counters() noexcept { return counters_; }
   PortStats stats() const noexcept;

@@ -1,10 +1,12 @@
 #include "nvmeof/target.hpp"
 
+#include <cstdio>
 #include <mutex>
 #include <set>
 
 #include "target/host_access.hpp"
 #include "target/port.hpp"
+#include "target/queue_auth.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
 
@@ -39,6 +41,7 @@ bool valid_options(const TargetOptions& o) {
   if (o.maxh2cdata < 4096 || o.maxh2cdata % 4 != 0) return false;
   if (o.mdts > 16) return false;
   if (o.ccr_async_delay.count() < 0) return false;
+  if (o.auth_timeout.count() <= 0) return false;
   for (const auto& p : o.ports)
     if (!valid_ana_state(p.ana_state)) return false;
   std::set<std::string> nqns;
@@ -51,6 +54,10 @@ bool valid_options(const TargetOptions& o) {
 
 Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
   if (!valid_options(opts)) return Errc::invalid_argument;
+  if (std::string why; !target::valid_host_keys(opts, &why)) {
+    std::fprintf(stderr, "nvmeof-target: %s\n", why.c_str());
+    return Errc::invalid_argument;
+  }
   auto impl = std::make_unique<Impl>();
   target::TargetCore& core = impl->core;
   core.opts = opts;

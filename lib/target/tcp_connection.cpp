@@ -209,6 +209,7 @@ short TcpConnection::wait_for_events(uint64_t now) {
   // Delayed commands wait for the backlog too (run_due), so their due time must not spin us.
   if (!delayed_.empty() && !backlog_full()) deadline = std::min(deadline, delayed_.begin()->first);
   if (phase_ == Phase::closing) deadline = std::min(deadline, closing_deadline_);
+  deadline = std::min(deadline, auth_deadline_ns_);
   timespec ts{};
   timespec* tsp = nullptr;
   if (deadline != UINT64_MAX) {

@@ -34,6 +34,7 @@ namespace nvmeof::target {
 
 class Controller;
 class Port;
+class QueueAuth;
 class Subsystem;
 struct TargetCore;
 
@@ -158,6 +159,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   void execute_fabrics(Slot& s);
   void execute_connect(Slot& s);
   void execute_disconnect(Slot& s);
+  void execute_auth(Slot& s);
+  void end_after_auth_failure(const char* what);
   void execute_admin(Slot& s);
   void execute_io(Slot& s);
   void hold_aer(Slot& s);
@@ -210,6 +213,10 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   std::vector<uint32_t> pending_events_;  // raised while no AER was outstanding, oldest first
   uint64_t seen_ana_chgcnt_ = 0;
   std::vector<uint8_t> admin_out_;
+  // DH-HMAC-CHAP of this queue (queue_auth.hpp); null when its host has no key. Until it has
+  // authenticated, the queue is dropped at auth_deadline_ns_.
+  std::shared_ptr<QueueAuth> auth_;
+  uint64_t auth_deadline_ns_ = UINT64_MAX;
 
   // -- any thread --
   std::atomic<uint8_t> close_req_{0};  // a CloseKind

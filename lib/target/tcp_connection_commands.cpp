@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "auth/messages.hpp"
 #include "target/admin_commands.hpp"
 #include "target/clock.hpp"
 #include "target/controller.hpp"
@@ -14,6 +15,7 @@
 #include "target/identify_data.hpp"
 #include "target/ns_store.hpp"
 #include "target/port.hpp"
+#include "target/queue_auth.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
 #include "target/tcp_connection.hpp"
@@ -128,6 +130,7 @@ void TcpConnection::command_ready(Slot& s) {
 }
 
 void TcpConnection::run_due(uint64_t now) {
+  if (now >= auth_deadline_ns_) end_after_auth_failure("authentication timed out");
   // A queue that stopped serving (Disconnect) executes nothing; the output bound holds for
   // delayed commands as for new ones.
   if (!ctrl_ && phase_ != Phase::connecting) return delayed_.clear();
@@ -152,13 +155,18 @@ void TcpConnection::execute(Slot& s) {
       port_.counters().writes_dropped_after_teardown.fetch_add(1, std::memory_order_relaxed);
     return free_slot(s);
   }
+  if (auth_ && !auth_->authenticated()) return complete(s, auth::kAuthRequired);
   if (qid_ == 0) return execute_admin(s);
   execute_io(s);
 }
 
 void TcpConnection::execute_fabrics(Slot& s) {
   const Sqe& c = s.sqe;
-  switch (fabrics_type(c)) {
+  const uint8_t type = fabrics_type(c);
+  if (type == auth::kFctypeAuthSend || type == auth::kFctypeAuthReceive) return execute_auth(s);
+  if (auth_ && !auth_->authenticated() && type != fctype::kDisconnect)
+    return complete(s, auth::kAuthRequired);
+  switch (type) {
     case fctype::kConnect: return complete(s, status::kCommandSequenceError);
     case fctype::kPropertyGet: {
       if (qid_ != 0) return complete(s, status::kInvalidField);
@@ -180,7 +188,16 @@ void TcpConnection::execute_connect(Slot& s) {
   const ConnectResult r = accept_connect(core_, port_.index(), s.sqe,
                                          {s.buf.data(), s.in_capsule ? s.xfer_len : s.received},
                                          shared_from_this());
+  uint32_t dw0 = r.dw0;
   if (r.status.is_success()) {
+    if (r.host && !r.host->dhchap_key.empty() && !r.subsys->is_discovery()) {
+      std::string why;
+      auth_ = QueueAuth::create(*r.host, r.subsys->nqn(), &why);
+      // Target::start validated the keys, so this does not fail.
+      if (!auth_) log("authentication set-up failed", why.c_str());
+      dw0 |= auth::kConnectAuthreqAtr;
+      auth_deadline_ns_ = now_ns() + static_cast<uint64_t>(core_.opts.auth_timeout.count()) * 1'000'000;
+    }
     ctrl_ = r.ctrl;
     subsys_ = r.subsys;
     qid_ = r.qid;
@@ -207,7 +224,56 @@ void TcpConnection::execute_connect(Slot& s) {
   } else if (core_.opts.log_connections) {
     log("connect refused", to_string(r.status).c_str());
   }
-  complete(s, r.status, r.dw0);
+  complete(s, r.status, dw0);
+  if (r.status.is_success() && r.host && !r.host->dhchap_key.empty() && !auth_)
+    end_after_auth_failure("no usable key");
+}
+
+void TcpConnection::execute_auth(Slot& s) {
+  const Sqe& c = s.sqe;
+  // A queue that was not asked to authenticate has no transaction to take part in.
+  if (!auth_) return complete(s, status::kCommandSequenceError);
+  const bool send = fabrics_type(c) == auth::kFctypeAuthSend;
+  QueueAuth::Outcome o;
+  if (send) {
+    const size_t have = !s.h2c ? 0 : s.in_capsule ? s.xfer_len : s.received;
+    o = auth_->on_send(c, {s.buf.data(), have});
+    complete(s, o.status);
+  } else {
+    if (s.h2c || s.xfer_len == 0) return complete(s, status::kInvalidField);
+    auth::Bytes out;
+    o = auth_->on_receive(c, s.xfer_len, out);
+    if (o.status.is_success()) {
+      const auto n = static_cast<uint32_t>(out.size());
+      std::memcpy(begin_c2h(c.cid, n, false), out.data(), n);
+      seal_c2h(n);
+    }
+    complete(s, o.status);
+  }
+  if (auth_->authenticated()) {
+    if (auth_deadline_ns_ != UINT64_MAX) port_.counters().authentications.fetch_add(1, std::memory_order_relaxed);
+    auth_deadline_ns_ = UINT64_MAX;
+    if (!o.log.empty() && core_.opts.log_connections) log("DH-HMAC-CHAP", o.log.c_str());
+  } else if (!o.end_queue) {
+    auth_deadline_ns_ = now_ns() + static_cast<uint64_t>(core_.opts.auth_timeout.count()) * 1'000'000;
+  }
+  if (o.end_queue) end_after_auth_failure(o.log.c_str());
+}
+
+void TcpConnection::end_after_auth_failure(const char* what) {
+  // The queue ends once the host had its answer (a Failure1 included), as after a Disconnect;
+  // a transaction that failed does not leave a queue the host may keep using.
+  auth_deadline_ns_ = UINT64_MAX;
+  port_.counters().auth_failures.fetch_add(1, std::memory_order_relaxed);
+  char detail[400];
+  std::snprintf(detail, sizeof detail, "qid %u cntlid %u host %s: %s", qid_, ctrl_ ? ctrl_->cntlid() : 0,
+                ctrl_ ? ctrl_->hostnqn().c_str() : "?", what);
+  log("DH-HMAC-CHAP", detail);
+  if (phase_ == Phase::closing) return;
+  if (!flush()) return;
+  stop_serving();
+  phase_ = Phase::closing;
+  closing_deadline_ = now_ns() + kDisconnectLingerNs;
 }
 
 void TcpConnection::execute_disconnect(Slot& s) {
