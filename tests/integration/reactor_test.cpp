@@ -245,7 +245,7 @@ TEST_CASE("a single-issuer reactor polled without blocking sees completions and 
   ::close(p[1]);
 }
 
-TEST_CASE("single_issuer is not taken with a notify eventfd or big entries") {
+TEST_CASE("single_issuer is taken only when asked, and not with a notify eventfd") {
   ReactorOptions o;
   o.single_issuer = true;
   o.notify = CompletionNotify::eventfd;
