@@ -5,8 +5,10 @@
 // both ends busy-poll the completion ring (the floor a polling initiator and target reach) and
 // one where both sleep in io_uring_wait_cqe. `--mechanics` adds busy ping-pongs with other
 // io_uring set-ups. Every row alternates in rounds so drift of a shared machine hits all alike;
-// the report gives each, the initiator side's CPU per I/O and the ratio to the busy floor. Then
-// IOPS of 4 KiB random reads at QD 32 on one reactor in each mode.
+// the report gives each, the initiator side's CPU per I/O, the target side's (the rest of the
+// process) and the ratio to the busy floor. Then IOPS of 4 KiB random reads at QD 32 on one
+// reactor in each mode. `--target-poll` runs the rows against one embedded target per target
+// poll mode (TargetOptions::poll), so a target's own cost is compared in the same run.
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
@@ -61,6 +63,7 @@ enum class Wait : uint8_t {
   defer,      // SINGLE_ISSUER | DEFER_TASKRUN: spin on io_uring_get_events (no wait)
   defer_regfd,  // defer, with the ring fd registered (io_uring_register_ring_fd)
   sqpoll,     // SQPOLL: a kernel thread submits; spin peeking the CQ ring
+  syscall,    // no ring: spin on non-blocking send/recv system calls (a polling target's way)
 };
 
 const char* to_string(Wait w) {
@@ -71,6 +74,7 @@ const char* to_string(Wait w) {
     case Wait::defer: return "busy: DEFER_TASKRUN, get_events";
     case Wait::defer_regfd: return "busy: DEFER_TASKRUN + reg. ring fd";
     case Wait::sqpoll: return "busy: SQPOLL, peek CQ";
+    case Wait::syscall: return "busy: non-blocking recv/send";
   }
   return "?";
 }
@@ -79,7 +83,8 @@ int init_ring(io_uring& ring, Wait w) {
   io_uring_params p{};
   switch (w) {
     case Wait::sleep:
-    case Wait::peek: break;
+    case Wait::peek:
+    case Wait::syscall: break;
     case Wait::coop: p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG; break;
     case Wait::defer:
     case Wait::defer_regfd: p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN; break;
@@ -118,6 +123,17 @@ bool wait_one(io_uring& ring, Wait w, int& res) {
 // would. Returns false when the peer closed or on an error.
 bool ring_io(io_uring& ring, Wait w, int fd, void* buf, size_t len, Direction dir) {
   auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0 && w == Wait::syscall) {
+    const ssize_t n = dir == Direction::send ? ::send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL)
+                                             : ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
   while (len > 0) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
     if (dir == Direction::send) {
@@ -131,6 +147,12 @@ bool ring_io(io_uring& ring, Wait w, int fd, void* buf, size_t len, Direction di
     len -= static_cast<size_t>(res);
   }
   return true;
+}
+
+uint64_t process_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 uint64_t thread_cpu_ns() {
@@ -332,6 +354,9 @@ struct Row {
   std::string name;
   LatencyHistogram h;
   uint64_t cpu_ns = 0;  // the initiator side's thread CPU (the reactor's, the client's)
+  // The rest of the process over the same time: the target side (the embedded target's
+  // connection threads, the ping-pong server), plus what little the idle threads use.
+  uint64_t peer_cpu_ns = 0;
   int64_t ios = 0;
 };
 
@@ -339,6 +364,7 @@ nlohmann::json row_json(const Row& r, double seconds) {
   nlohmann::json j = latency_json(r.h);
   const auto n = static_cast<double>(r.h.count());
   j["cpu_us_per_io"] = n > 0 ? std::round(static_cast<double>(r.cpu_ns) / 1e3 / n * 100.0) / 100.0 : 0.0;
+  j["target_cpu_us_per_io"] = n > 0 ? std::round(static_cast<double>(r.peer_cpu_ns) / 1e3 / n * 100.0) / 100.0 : 0.0;
   if (r.ios > 0) j["iops"] = std::round(static_cast<double>(r.ios) / seconds);
   return j;
 }
@@ -365,12 +391,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 600.0));
   app.add_option("--rounds", rounds, "alternations of the QD1 measurements")
       ->check(CLI::Range(1u, 100u));
-  app.add_option("--iodepth", depth, "queue depth of the IOPS runs")->check(CLI::Range(1u, 1024u));
+  app.add_option("--iodepth", depth, "queue depth of the IOPS runs (1: none)")->check(CLI::Range(1u, 1024u));
   app.add_option("--client-cpu", client_cpu, "CPU of the initiator side (reactor, ping-pong client); -1: unpinned");
   app.add_option("--server-cpu", server_cpu, "CPU of the target side (embedded target, ping-pong server); -1: unpinned");
   app.add_flag("--mechanics", mechanics,
                "also measure busy ping-pongs with other io_uring mechanics (COOP_TASKRUN, DEFER_TASKRUN, "
                "registered ring fd, SQPOLL)");
+  std::vector<std::string> host_modes{"busy", "adaptive", "sleep"};
+  app.add_option("--modes", host_modes, "initiator poll modes to measure")
+      ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
+      ->delimiter(',');
+  std::vector<std::string> target_polls{"adaptive"};
+  app.add_option("--target-poll", target_polls,
+                 "embedded target poll modes (TargetOptions::poll); several: one target each, rows "
+                 "alternate between them")
+      ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
+      ->delimiter(',');
   app.add_flag("--json", json_out, "print JSON");
   try {
     app.parse(argc, argv);
@@ -382,18 +418,33 @@ int main(int argc, char** argv) {
   pin_self(server_cpu);
   nvmeof::TargetOptions topts;
   topts.ports[0].trsvcid = "0";
-  auto target = nvmeof::Target::start(topts);
-  if (!target) {
-    std::fprintf(stderr, "latency_bench: target: %s\n", target.error().message().c_str());
-    return 1;
+  // One target per target poll mode; an idle one (no connection) costs nothing.
+  std::vector<std::unique_ptr<nvmeof::Target>> targets;
+  for (const auto& tp : target_polls) {
+    topts.poll = tp == "busy" ? nvmeof::TargetPoll::busy
+                 : tp == "sleep" ? nvmeof::TargetPoll::sleep : nvmeof::TargetPoll::adaptive;
+    auto target = nvmeof::Target::start(topts);
+    if (!target) {
+      std::fprintf(stderr, "latency_bench: target: %s\n", target.error().message().c_str());
+      return 1;
+    }
+    targets.push_back(std::move(*target));
   }
   pin_self(client_cpu);
 
-  const nvmeof::PollMode modes[] = {nvmeof::PollMode::busy, nvmeof::PollMode::adaptive, nvmeof::PollMode::sleep};
+  std::vector<nvmeof::PollMode> modes;
+  for (const auto& m : host_modes) modes.push_back(*nvmeof::parse_poll_mode(m));
+  // Row i: host mode modes[i % modes.size()] against targets[i / modes.size()].
+  const size_t nrows = modes.size() * targets.size();
+  auto row_name = [&](size_t i) {
+    std::string n = std::string("nvmeof_") + nvmeof::to_string(modes[i % modes.size()]);
+    if (targets.size() > 1) n += "_tgt_" + target_polls[i / modes.size()];
+    return n;
+  };
   // One volume at a time: a busy reactor left running would steal the CPU the others measure on.
-  auto open_volume = [&](nvmeof::PollMode mode) -> std::unique_ptr<nvmeof::Volume> {
+  auto open_volume = [&](nvmeof::PollMode mode, size_t t) -> std::unique_ptr<nvmeof::Volume> {
     nvmeof::VolumeOptions vopts;
-    vopts.paths = {*nvmeof::TransportAddress::parse((*target)->port_address(0))};
+    vopts.paths = {*nvmeof::TransportAddress::parse(targets[t]->port_address(0))};
     vopts.connect.subnqn = topts.subsystems[0].nqn;
     vopts.reactors = 1;
     vopts.poll = mode;
@@ -407,15 +458,17 @@ int main(int argc, char** argv) {
     return std::move(*v);
   };
   // QD`qd` reads on a fresh volume in `mode` for `d`, after a short warm-up.
-  auto run_volume = [&](nvmeof::PollMode mode, unsigned qd, std::chrono::nanoseconds d, Row& row) {
-    auto v = open_volume(mode);
+  auto run_volume = [&](size_t i, unsigned qd, std::chrono::nanoseconds d, Row& row) {
+    auto v = open_volume(modes[i % modes.size()], i / modes.size());
     if (!v) return false;
     ReadLoop loop(*v, qd);
     LatencyHistogram warm;
     if (loop.run(std::chrono::milliseconds(100), warm) < 0) return false;
-    const uint64_t cpu0 = reactor_cpu(*v);
+    const uint64_t cpu0 = reactor_cpu(*v), pcpu0 = process_cpu_ns();
     const int64_t ios = loop.run(d, row.h);
-    row.cpu_ns += reactor_cpu(*v) - cpu0;
+    const uint64_t own = reactor_cpu(*v) - cpu0, all = process_cpu_ns() - pcpu0;
+    row.cpu_ns += own;
+    row.peer_cpu_ns += all > own ? all - own : 0;
     if (ios < 0) return false;
     row.ios += ios;
     return true;
@@ -428,7 +481,12 @@ int main(int argc, char** argv) {
     }
     LatencyHistogram warm;
     uint64_t warm_cpu = 0;
-    return pp.run(std::chrono::milliseconds(50), warm, warm_cpu) && pp.run(d, row.h, row.cpu_ns);
+    if (!pp.run(std::chrono::milliseconds(50), warm, warm_cpu)) return false;
+    const uint64_t own0 = row.cpu_ns, pcpu0 = process_cpu_ns();
+    const bool ok = pp.run(d, row.h, row.cpu_ns);
+    const uint64_t own = row.cpu_ns - own0, all = process_cpu_ns() - pcpu0;
+    row.peer_cpu_ns += all > own ? all - own : 0;
+    return ok;
   };
 
   struct Floor {
@@ -436,14 +494,18 @@ int main(int argc, char** argv) {
     Row row;
   };
   std::vector<Floor> floors = {{Wait::peek, Wait::peek, {"pingpong_busy", {}, 0, 0}},
-                               {Wait::sleep, Wait::sleep, {"pingpong_sleep", {}, 0, 0}}};
+                               {Wait::sleep, Wait::sleep, {"pingpong_sleep", {}, 0, 0}},
+                               {Wait::syscall, Wait::syscall, {"pingpong_busy_syscalls", {}, 0, 0}}};
   if (mechanics)
     for (Wait w : {Wait::coop, Wait::defer, Wait::defer_regfd, Wait::sqpoll})
       floors.push_back({w, Wait::peek, {std::string("pingpong_") + to_string(w), {}, 0, 0}});
+  // What a polling nvmeof initiator against a polling embedded target can reach at best.
+  if (mechanics)
+    floors.push_back({Wait::defer, Wait::syscall, {"pingpong_defer_vs_syscalls", {}, 0, 0}});
   std::vector<Row> qd1, qdn;
-  for (auto m : modes) {
-    qd1.push_back({std::string("nvmeof_") + nvmeof::to_string(m), {}, 0, 0});
-    qdn.push_back({std::string("nvmeof_") + nvmeof::to_string(m), {}, 0, 0});
+  for (size_t i = 0; i < nrows; ++i) {
+    qd1.push_back({row_name(i), {}, 0, 0});
+    qdn.push_back({row_name(i), {}, 0, 0});
   }
 
   const auto slice = std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9 / rounds));
@@ -452,10 +514,11 @@ int main(int argc, char** argv) {
   for (unsigned r = 0; r < rounds && rc == 0; ++r) {
     for (Floor& f : floors)
       if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
-    for (size_t i = 0; i < std::size(modes) && rc == 0; ++i)
-      if (!run_volume(modes[i], 1, slice, qd1[i])) rc = 1;
-    for (size_t i = 0; i < std::size(modes) && rc == 0; ++i)
-      if (!run_volume(modes[i], depth, slice, qdn[i])) rc = 1;
+    for (size_t i = 0; i < nrows && rc == 0; ++i)
+      if (!run_volume(i, 1, slice, qd1[i])) rc = 1;
+    if (depth > 1)
+      for (size_t i = 0; i < nrows && rc == 0; ++i)
+        if (!run_volume(i, depth, slice, qdn[i])) rc = 1;
   }
   if (rc != 0) std::fprintf(stderr, "latency_bench: a measurement failed\n");
 
@@ -472,7 +535,7 @@ int main(int argc, char** argv) {
   }
   for (const Row& r : qdn) jn[r.name] = row_json(r, seconds);
   const nlohmann::json j = {{"config", {{"seconds", seconds}, {"rounds", rounds}, {"client_cpu", client_cpu},
-                                        {"server_cpu", server_cpu}}},
+                                        {"server_cpu", server_cpu}, {"target_poll", target_polls}}},
                             {"qd1_read_4k", jq},
                             {"randread_4k_qd", {{"iodepth", depth}, {"reactors", 1}, {"modes", jn}}},
                             {"ok", rc == 0}};
@@ -481,26 +544,29 @@ int main(int argc, char** argv) {
     return rc;
   }
   std::printf("QD1 4 KiB read, loopback, initiator CPU %d, target CPU %d\n", client_cpu, server_cpu);
-  std::printf("  %-40s %8s %8s %8s %8s %10s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
-              "p50/fl", "mean/fl");
+  std::printf("  %-40s %8s %8s %8s %8s %10s %10s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
+              "tgtCPU/IO", "p50/fl", "mean/fl");
   auto print_row = [&](const Row& r) {
     const auto n = static_cast<double>(r.h.count());
-    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
+    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
                 static_cast<double>(r.h.percentile(50)) / 1e3, static_cast<double>(r.h.percentile(99)) / 1e3,
                 static_cast<double>(r.h.percentile(99.9)) / 1e3, r.h.mean() / 1e3,
                 n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
+                n > 0 ? static_cast<double>(r.peer_cpu_ns) / 1e3 / n : 0.0,
                 ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50))),
                 ratio(r.h.mean(), floor.h.mean()),
                 static_cast<unsigned long long>(r.h.count()));
   };
   for (const Floor& f : floors) print_row(f.row);
   for (const Row& r : qd1) print_row(r);
-  std::printf("4 KiB randread QD%u, one reactor\n", depth);
+  if (depth > 1) std::printf("4 KiB randread QD%u, one reactor\n", depth);
   for (const Row& r : qdn) {
+    if (depth <= 1) break;
     const auto n = static_cast<double>(r.h.count());
-    std::printf("  %-16s %9.0f IOPS  p50 %8.2f us  p99 %8.2f us  CPU/IO %6.2f us\n", r.name.c_str(),
-                static_cast<double>(r.ios) / seconds, static_cast<double>(r.h.percentile(50)) / 1e3,
-                static_cast<double>(r.h.percentile(99)) / 1e3, n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0);
+    std::printf("  %-28s %9.0f IOPS  p50 %8.2f us  p99 %8.2f us  CPU/IO %6.2f us  tgtCPU/IO %6.2f us\n",
+                r.name.c_str(), static_cast<double>(r.ios) / seconds, static_cast<double>(r.h.percentile(50)) / 1e3,
+                static_cast<double>(r.h.percentile(99)) / 1e3, n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
+                n > 0 ? static_cast<double>(r.peer_cpu_ns) / 1e3 / n : 0.0);
   }
   return rc;
 }

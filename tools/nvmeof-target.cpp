@@ -216,6 +216,8 @@ nlohmann::json describe(const Target& t, const TargetOptions& o) {
   j["report_cqt"] = o.report_cqt;
   j["ccr"] = o.ccr == CcrSupport::enabled;
   j["ccr_async"] = o.ccr_async;
+  j["poll"] = o.poll == TargetPoll::busy ? "busy" : o.poll == TargetPoll::sleep ? "sleep" : "adaptive";
+  j["poll_spin_us"] = o.poll_spin_us;
   return j;
 }
 
@@ -284,6 +286,14 @@ int main(int argc, char** argv) {
   app.add_option("--host-ctrl-key", host_ctrl_keys,
                  "NQN=SECRET: the controller's secret for bidirectional authentication of that "
                  "host (needs --host-key for it), repeatable");
+  std::string poll = "adaptive";
+  app.add_option("--poll", poll, "how connection threads wait: busy (never sleep), adaptive "
+                 "(spin --poll-spin-us after work, then sleep) or sleep")
+      ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
+      ->capture_default_str();
+  app.add_option("--poll-spin-us", opts.poll_spin_us, "with --poll adaptive: the spin after work, us")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->capture_default_str();
   app.add_flag("--log", opts.log_connections, "log connects, disconnects and errors to stderr");
   app.add_flag("--json", json, "print the bound ports as one JSON line on start");
   // Fault rehearsal from outside: `nvmeof-target ctl PATH ...` talks to this socket.
@@ -298,6 +308,7 @@ int main(int argc, char** argv) {
              "reset|blackhole|partition|refuse | latency PORT 5ms | fail-status PORT SCT/SC | "
              "clear PORT | stats");
   CLI11_PARSE(app, argc, argv);
+  opts.poll = poll == "busy" ? TargetPoll::busy : poll == "sleep" ? TargetPoll::sleep : TargetPoll::adaptive;
   opts.anatt_s = static_cast<uint8_t>(anatt);
   opts.mdts = static_cast<uint8_t>(mdts);
   opts.report_cqt = !no_cqt_report;

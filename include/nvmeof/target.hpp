@@ -118,6 +118,19 @@ enum class CcrSupport : uint8_t {
 /// CCRL reported when CCR is enabled: in-progress resets one controller may have outstanding.
 inline constexpr uint8_t kCcrLimit = 4;
 
+/// How a connection's thread waits once a pass over its socket found nothing to do.
+enum class TargetPoll : uint8_t {
+  /// Never sleeps while the connection lives: non-blocking receives in a loop, as a polling
+  /// target does (a core per connection, even when idle).
+  busy,
+  /// After each pass that did work, keeps receiving without blocking for `poll_spin_us`, then
+  /// sleeps in ppoll: the next command of a closed loop is usually picked up without a
+  /// wake-up, and an idle connection costs no CPU.
+  adaptive,
+  /// Sleeps in ppoll after every pass that found nothing (one wake-up per command).
+  sleep,
+};
+
 /// Everything Target::start needs. The limits are reported to hosts (CAP, Identify, ICResp).
 struct TargetOptions {
   std::vector<TargetPort> ports{TargetPort{}};
@@ -146,6 +159,10 @@ struct TargetOptions {
   /// finished the transaction this long after its Connect or its last authentication command
   /// is dropped (its connection closed, PortStats::auth_failures counted).
   std::chrono::milliseconds auth_timeout{5000};
+  /// How connection threads wait. sleep by default: an embedded target shares its cores with
+  /// the host it serves (nvmeof-target's own default is adaptive).
+  TargetPoll poll = TargetPoll::sleep;
+  uint32_t poll_spin_us = 50;        ///< TargetPoll::adaptive: the spin after work, µs
 };
 
 /// Fault injection, per port. Combine freely; `clear_faults` restores normal service.

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
+#include <string_view>
 
 #include "multipath/retry_policy.hpp"
 #include "multipath/volume_impl.hpp"
@@ -99,6 +101,11 @@ Result<void> Lane::start() {
     // Kernel paths' passthrough commands share the lane's ring when it has big entries.
     ReactorOptions ro;
     for (const auto& sp : vol_.paths_) ro.big_entries |= sp->addr.transport == Transport::passthrough;
+    // A polling lane takes its completions when it looks, never as an interruption. The ring is
+    // made here, on the lane thread, which is the only one that submits to it (others post).
+    // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
+    const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
+    ro.single_issuer = vol_.opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());

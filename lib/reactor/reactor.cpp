@@ -127,8 +127,9 @@ struct Reactor::Impl {
   }
 
   int reap() {
-    // COOP_TASKRUN defers completion work until we enter the kernel; an overflowed CQ also
-    // needs a kernel entry to be flushed back.
+    // COOP_TASKRUN and DEFER_TASKRUN leave completion work until we enter the kernel (with
+    // DEFER_TASKRUN only this thread's GETEVENTS runs it); an overflowed CQ also needs a kernel
+    // entry to be flushed back.
     const unsigned kflags = IO_URING_READ_ONCE(*ring.sq.kflags);
     if ((kflags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) && io_uring_cq_ready(&ring) == 0)
       io_uring_get_events(&ring);
@@ -214,9 +215,14 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& opts) {
 
   // Preferred flags first; drop the optional ones one by one on older kernels (EINVAL).
   const unsigned base = IORING_SETUP_CQSIZE;
-  unsigned candidates[4];
+  unsigned candidates[5];
   unsigned ncand = 0;
   if (opts.big_entries) candidates[ncand++] = base | IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
+  // TASKRUN_FLAG with DEFER_TASKRUN: the kernel raises IORING_SQ_TASKRUN when completion work
+  // is queued, so a polling reap() enters the ring only then.
+  if (opts.single_issuer && opts.notify == CompletionNotify::none && !opts.big_entries)
+    candidates[ncand++] = base | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                          IORING_SETUP_TASKRUN_FLAG;
   if (opts.notify == CompletionNotify::none && !opts.big_entries)
     candidates[ncand++] = base | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   candidates[ncand++] = base;
@@ -278,6 +284,9 @@ io_uring_sqe* Reactor::get_sqe() noexcept {
 }
 
 io_uring* Reactor::ring() noexcept { return &impl_->ring; }
+bool Reactor::single_issuer() const noexcept {
+  return (impl_->setup_flags & IORING_SETUP_DEFER_TASKRUN) != 0;
+}
 bool Reactor::big_entries() const noexcept {
   return (impl_->setup_flags & (IORING_SETUP_SQE128 | IORING_SETUP_CQE32)) ==
          (IORING_SETUP_SQE128 | IORING_SETUP_CQE32);

@@ -57,6 +57,14 @@ struct ReactorOptions {
   /// work, which only the default notification delivers to a thread asleep in the ring. When
   /// the kernel refuses, the reactor comes up without (big_entries() tells).
   bool big_entries = false;
+  /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN (Linux 6.1+): completion work waits until the
+  /// owning thread enters the ring (poll() does when IORING_SQ_TASKRUN says work is pending)
+  /// instead of interrupting it, which is what a polling thread wants. Then the thread that
+  /// calls create() must be the one that calls poll(), get_sqe() and register_*(); other
+  /// threads reach it only through post() and wake(). Only with CompletionNotify::none and
+  /// without big_entries; when the kernel refuses, the reactor comes up without
+  /// (single_issuer() tells).
+  bool single_issuer = false;
 };
 
 class Reactor {
@@ -79,6 +87,9 @@ class Reactor {
   uint32_t features() const noexcept;
   /// True when the ring has 128-byte SQEs and 32-byte CQEs (ReactorOptions::big_entries).
   bool big_entries() const noexcept;
+  /// True when the ring runs completion work only on its owner's entries
+  /// (ReactorOptions::single_issuer taken by the kernel).
+  bool single_issuer() const noexcept;
   /// Registers `fd` in the ring's file table (created sparse on first use) and returns its
   /// index for IOSQE_FIXED_FILE. Owning thread (or before the reactor runs). Errors: errno codes
   /// from io_uring_register (ENFILE when the table is full).

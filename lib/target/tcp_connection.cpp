@@ -43,7 +43,10 @@ TcpConnection::TcpConnection(TargetCore& core, Port& port, int fd, uint64_t id, 
       local_addr_(std::move(local_addr)),
       reader_(tcp::Role::controller, kAdminInCapsuleData),
       icd_limit_(kAdminInCapsuleData),
-      max_transfer_(core.max_transfer()) {
+      max_transfer_(core.max_transfer()),
+      spin_ns_(core.opts.poll == TargetPoll::busy       ? UINT64_MAX
+               : core.opts.poll == TargetPoll::adaptive ? uint64_t{core.opts.poll_spin_us} * 1000
+                                                        : 0) {
   efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   rbuf_.resize(kRecvChunk);
 }
@@ -99,6 +102,7 @@ void TcpConnection::log(const char* what, const char* detail) const {
 void TcpConnection::run() noexcept {
   CloseKind why = CloseKind::none;
   const char* reason = "closed by the host";
+  uint64_t last_work_ns = 0;
   for (;;) {
     if ((why = drain_wakeups()) != CloseKind::none) {
       reason = why == CloseKind::reset ? "reset (fault injection)"
@@ -140,7 +144,14 @@ void TcpConnection::run() noexcept {
         }
       }
     }
-    if (progress) continue;
+    if (progress) {
+      last_work_ns = now;
+      continue;
+    }
+    // Polling: the next pass is the next non-blocking receive. A wake-up from ppoll costs more
+    // than the gap between a completion and the next command of a closed loop, and every pass
+    // still looks at close requests, posted completions, faults and deadlines.
+    if (spin_ns_ && now - last_work_ns < spin_ns_ && can_spin()) continue;
     const short rev = wait_for_events(now);
     // Not reading while blackholed, but a host that gives up and closes must still be noticed
     // (and its teardown timed for the held writes). A partition looks at nothing.
@@ -221,6 +232,12 @@ short TcpConnection::wait_for_events(uint64_t now) {
   pollfd fds[2] = {{partitioned_ ? -1 : fd_, ev, 0}, {efd_, POLLIN, 0}};
   if (::ppoll(fds, 2, tsp, nullptr) <= 0) return 0;
   return fds[0].revents;
+}
+
+bool TcpConnection::can_spin() const noexcept {
+  // Only while the socket is read and nothing waits for room to send: a fault, a closing
+  // connection or a peer that does not read are waited for in ppoll.
+  return !blackholed_ && !partitioned_ && phase_ != Phase::closing && backlog() == 0;
 }
 
 bool TcpConnection::backlog_full() const noexcept {

@@ -9,7 +9,9 @@
 // atomics (a close request may only be raised, never lowered: stop and reset outrank the end
 // of an association); posted completions and events sit behind posted_mu_. Sockets are
 // non-blocking and the thread waits in ppoll on the socket and an eventfd, so a close request
-// or a fault change reaches it within one wake-up even while it is sending.
+// or a fault change reaches it within one wake-up even while it is sending. With a polling
+// TargetOptions::poll it first keeps passing over the socket without blocking (each pass
+// checks the same atomics), so in a closed loop the next command needs no wake-up.
 //
 // Ending has two steps: the connection stops serving (it executes nothing more, leaves its
 // controller, and the teardown time is set), then its socket closes. Behind a partition the
@@ -125,6 +127,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   bool backlog_full() const noexcept;
   void note_backlog() noexcept;
   short wait_for_events(uint64_t now);  // returns the socket's revents
+  bool can_spin() const noexcept;
   void stop_serving();
   void linger_while_partitioned();
   void close_socket();
@@ -208,6 +211,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   bool c2h_success_ = false;     // reads end with a SUCCESS-flagged C2HData, no CapsuleResp
   uint32_t icd_limit_;
   uint32_t max_transfer_;
+  const uint64_t spin_ns_;  // TargetOptions::poll: 0 sleeps at once, UINT64_MAX never sleeps
   std::multimap<uint64_t, uint16_t> delayed_;  // latency fault: due time -> slot
   std::vector<uint16_t> aers_;
   std::vector<uint32_t> pending_events_;  // raised while no AER was outstanding, oldest first
