@@ -71,6 +71,29 @@ struct Session::Impl {
   }
 };
 
+PskLookup nvme_psk_lookup(ConfiguredPsk configured, std::function<bool(std::string_view)> accept_subnqn) {
+  return [configured = std::move(configured), accept = std::move(accept_subnqn)](
+             std::string_view identity) -> std::optional<PskEntry> {
+    // "NVMe0R01 host sub" / "NVMe1R02 host sub digest": NQNs hold no spaces.
+    if (identity.size() < 10 || identity.substr(0, 4) != "NVMe" || identity[5] != 'R' ||
+        identity[8] != ' ') {
+      return std::nullopt;
+    }
+    const char v = identity[4];
+    if (v != '0' && v != '1') return std::nullopt;
+    std::string_view rest = identity.substr(9);
+    const size_t sp = rest.find(' ');
+    if (sp == std::string_view::npos) return std::nullopt;
+    const std::string_view host = rest.substr(0, sp);
+    rest.remove_prefix(sp + 1);
+    const std::string_view sub = rest.substr(0, rest.find(' '));
+    if (accept && !accept(sub)) return std::nullopt;
+    auto psk = derive_tls_psk(configured, host, sub, v == '1' ? IdentityVersion::v1 : IdentityVersion::v0);
+    if (!psk || psk->identity != identity) return std::nullopt;
+    return PskEntry{std::move(psk->key), psk->suite};
+  };
+}
+
 SessionConfig SessionConfig::client(TlsPsk psk) {
   SessionConfig c;
   c.role = Role::client;

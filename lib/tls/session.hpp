@@ -67,6 +67,13 @@ struct PskEntry {
 /// Called on the session's thread during handshake().
 using PskLookup = std::function<std::optional<PskEntry>(std::string_view identity)>;
 
+/// The NVMe/TCP server lookup for one configured PSK: an identity "NVMe<v>R0<h> <hostnqn>
+/// <subnqn>[ <digest>]" is accepted when `accept_subnqn` accepts its subsystem NQN (null:
+/// any) and it equals the identity derived from `configured` for that host and subsystem (so
+/// the hash and, for version 1, the digest must match); the entry is the TLS PSK so derived.
+PskLookup nvme_psk_lookup(ConfiguredPsk configured,
+                          std::function<bool(std::string_view subnqn)> accept_subnqn = {});
+
 struct SessionConfig {
   Role role = Role::client;
   /// Client: the PSK it offers (TlsPsk::suite is the one suite offered).

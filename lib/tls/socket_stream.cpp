@@ -116,6 +116,28 @@ Result<size_t> SocketStream::read_some(std::span<uint8_t> out, std::chrono::mill
   }
 }
 
+Result<size_t> SocketStream::try_read(std::span<uint8_t> out) {
+  for (;;) {
+    auto n = session_->read(out);
+    if (session_->output_pending() > 0) {
+      auto f = flush(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      if (!f) return f.error();
+    }
+    if (!n) return n.error();
+    if (*n > 0) return *n;
+    const ssize_t r = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+    if (r > 0) {
+      session_->feed({buf_.data(), static_cast<size_t>(r)});
+    } else if (r == 0 || errno == ECONNRESET) {
+      session_->peer_closed();
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return size_t{0};
+    } else if (errno != EINTR) {
+      return make_error_code(TlsErrc::io_error);
+    }
+  }
+}
+
 Result<void> SocketStream::read_exact(std::span<uint8_t> out, std::chrono::milliseconds timeout) {
   size_t off = 0;
   while (off < out.size()) {

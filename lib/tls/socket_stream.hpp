@@ -32,6 +32,10 @@ class SocketStream {
   /// Errors: peer_closed, record_error, io_error, Errc::timeout.
   Result<size_t> read_some(std::span<uint8_t> out,
                            std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Never waits for the socket: plaintext the session holds or can decrypt from what the
+  /// socket has now (at most out.size()); 0 when there is none yet (poll the fd for POLLIN).
+  /// Errors: peer_closed, record_error, io_error.
+  Result<size_t> try_read(std::span<uint8_t> out);
   /// Exactly out.size() plaintext bytes. Errors: as read_some.
   Result<void> read_exact(std::span<uint8_t> out,
                           std::chrono::milliseconds timeout = std::chrono::seconds(30));

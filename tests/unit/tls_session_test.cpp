@@ -360,3 +360,39 @@ TEST_CASE("kernel TLS probe reads the ULP list", "[tls][ktls]") {
   INFO("this kernel's ULPs: " << here.available_ulps << "; libssl KTLS: " << here.openssl_ktls);
   CHECK(here.openssl_ktls);  // Debian's libssl 3.0 is built with KTLS
 }
+
+TEST_CASE("the NVMe PSK lookup derives the key from the identity", "[tls][session]") {
+  const ConfiguredPsk cfg = configured(PskHash::sha384, 4);
+  auto lookup = nvme_psk_lookup(cfg, [](std::string_view sub) { return sub == kSub; });
+  for (IdentityVersion v : {IdentityVersion::v0, IdentityVersion::v1}) {
+    for (const char* host : {kHost, "nqn.2014-08.org.nvmexpress:uuid:another-host"}) {
+      auto psk = derive_tls_psk(cfg, host, kSub, v);
+      REQUIRE(psk);
+      auto e = lookup(psk->identity);
+      REQUIRE(e);
+      CHECK(e->key == psk->key);
+      CHECK(e->suite == CipherSuite::aes_256_gcm_sha384);
+      // And a handshake with it.
+      auto c = Session::create(SessionConfig::client(*psk));
+      auto s = Session::create(SessionConfig::server(lookup));
+      REQUIRE(c);
+      REQUIRE(s);
+      auto [rc, rs] = handshake_in_memory(**c, **s);
+      CHECK(rc);
+      CHECK(rs);
+    }
+  }
+  auto other_sub = derive_tls_psk(cfg, kHost, "nqn.2024-01.io.nvmeof:elsewhere");
+  CHECK_FALSE(lookup(other_sub->identity));
+  // The identity's hash must be the PSK's: NVMe0R01 for a SHA-384 key is refused.
+  std::string wrong_hash = derive_tls_psk(cfg, kHost, kSub)->identity;
+  wrong_hash[7] = '1';
+  CHECK_FALSE(lookup(wrong_hash));
+  // A v1 identity with a forged digest.
+  std::string forged = derive_tls_psk(cfg, kHost, kSub, IdentityVersion::v1)->identity;
+  forged[forged.size() - 3] = forged[forged.size() - 3] == 'A' ? 'B' : 'A';
+  CHECK_FALSE(lookup(forged));
+  for (const char* junk : {"", "NVMe", "NVMe0R01", "NVMe0R01 hostonly", "NVMe2R01 a b", "XXXX0R01 a b"}) {
+    CHECK_FALSE(lookup(junk));
+  }
+}
