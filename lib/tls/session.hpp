@@ -9,6 +9,16 @@
 // client offers one PSK (identity, key, suite); the server looks the offered identity up through
 // a callback. No session tickets are issued (an NVMe/TCP connection never resumes).
 //
+// The host's TCP queue pair (lib/transport/tcp), concretely: detail::handshake() connects and
+// exchanges ICReq/ICResp blocking; with TLS it first runs SocketStream::handshake(fd,
+// SessionConfig::client(derive_tls_psk(...))) and sends the ICReq / reads the ICResp with
+// write_all()/read_exact(), then hands release_session() to the QueuePair with the fd.
+// QueuePair::submit_batch() then write()s each iovec of the batch into the session and sends
+// one buffer of take_output() (io_uring send, partial sends resumed from an offset; the batch's
+// iovecs count as sent once that buffer is); on_recv() feed()s the received ciphertext (the
+// registered receive buffer stays the socket's) and read()s plaintext into a second buffer that
+// goes to PduReader::consume as today, until read() returns 0. Steps in general:
+//
 // How a non-blocking queue pair puts it under its send/receive path (host side, NVMe/TCP):
 //  1. After TCP connect, before the ICReq: create a client Session (SessionConfig::client).
 //     Call handshake(); send take_output() bytes; on each receive completion feed() the bytes
@@ -115,7 +125,9 @@ class Session {
   /// Errors: not_established, record_error.
   Result<void> write(std::span<const uint8_t> plaintext);
   /// Decrypts into `out`: the number of plaintext bytes, 0 when no complete record is buffered
-  /// (feed more). Errors: not_established, peer_closed (close_notify or EOF), record_error.
+  /// (feed more). A post-handshake message (KeyUpdate) may leave output to send: check
+  /// output_pending() after read() too. Errors: not_established, peer_closed (close_notify or
+  /// EOF), record_error.
   Result<size_t> read(std::span<uint8_t> out);
 
   /// Ciphertext waiting to be sent.

@@ -43,6 +43,9 @@ class SocketStream {
   void close() noexcept;
 
   Session& session() noexcept { return *session_; }
+  /// Gives up the session (the stream is unusable afterwards): for code that did the
+  /// handshake and the ICReq blocking and then drives the session from a reactor.
+  std::unique_ptr<Session> release_session() noexcept { return std::move(session_); }
   int fd() const noexcept { return fd_; }
 
  private:
