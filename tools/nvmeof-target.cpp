@@ -301,6 +301,16 @@ int main(int argc, char** argv) {
   app.add_option("--control", control_path,
                  "open a control socket (mode 0600) at PATH; drive it with `nvmeof-target ctl PATH "
                  "ana|fault|latency|fail-status|clear|stats ...`");
+  std::string tls_mode = "none";
+  app.add_option("--tls", tls_mode,
+                 "NVMe/TCP secure channel of every port: none, not-required (TLS 1.3 or plaintext) "
+                 "or required (TLS 1.3 only)")
+      ->check(CLI::IsMember({"none", "not-required", "required"}))
+      ->capture_default_str();
+  std::string tls_psk;
+  app.add_option("--tls-psk", tls_psk,
+                 "configured PSK in the interchange form (NVMeTLSkey-1:01:...:, as nvme gen-tls-key "
+                 "prints it); needed with --tls");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "serve Prometheus metrics of every port at ADDR:PORT/metrics (e.g. 127.0.0.1:9465)");
@@ -322,7 +332,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "nvmeof-target: --listen %s: expected ADDR:PORT\n", l.c_str());
       return 2;
     }
+    p.tls = tls_mode == "required"       ? PortTls::required
+            : tls_mode == "not-required" ? PortTls::not_required
+                                         : PortTls::none;
+    p.tls_psk = tls_psk;
     opts.ports.push_back(p);
+  }
+  if (tls_mode != "none" && tls_psk.empty()) {
+    std::fprintf(stderr, "nvmeof-target: --tls %s needs --tls-psk\n", tls_mode.c_str());
+    return 2;
   }
   for (const auto& a : ana) {
     const size_t eq = a.find('=');

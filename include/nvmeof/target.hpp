@@ -95,10 +95,25 @@ struct TargetSubsystem {
 
 /// A listening port. Its ANA group id (and discovery PORTID) is the port index + 1. Controllers
 /// reached through it report their namespaces in that group, with the port's ANA state.
+/// The NVMe/TCP secure channel of a port: TLS 1.3 with a pre-shared key, negotiated before the
+/// ICReq. Reported in each discovery log entry of the port (TREQ secure channel, TSAS SECTYPE).
+enum class PortTls : uint8_t {
+  none,          ///< plaintext only; TREQ "not specified", SECTYPE none
+  not_required,  ///< TLS 1.3 or plaintext, the host chooses; TREQ "not required", SECTYPE TLS 1.3
+  required,      ///< TLS 1.3 only, a plaintext connection is closed; TREQ "required", SECTYPE TLS 1.3
+};
+
 struct TargetPort {
   std::string traddr = "127.0.0.1";  ///< IPv4 or IPv6 literal (or host name); "0.0.0.0": any
   std::string trsvcid = "4420";  ///< "0": pick a free port (read it back with port_address())
   AnaState ana_state = AnaState::optimized;
+  PortTls tls = PortTls::none;
+  /// With tls other than none: the configured PSK in the NVMe interchange form
+  /// ("NVMeTLSkey-1:01:<base64>:", as nvme gen-tls-key prints it). A host offers the identity
+  /// "NVMe0R0X <hostnqn> <subnqn>" (or NVMe1R0X with the digest) and the TLS PSK derived from
+  /// the retained PSK of its host NQN; the target derives the same and accepts any host NQN.
+  /// Target::start fails with invalid_argument when it does not parse.
+  std::string tls_psk = {};
 };
 
 /// When the last C2HData PDU of a read carries the SUCCESS flag, which replaces the CapsuleResp.

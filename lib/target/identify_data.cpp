@@ -166,7 +166,7 @@ std::vector<uint8_t> build_discovery_log(uint64_t genctr, std::span<const Discov
     e.trtype = NVMF_TRTYPE_TCP;
     e.adrfam = r.adrfam;
     e.subtype = NVME_NQN_NVME;
-    e.treq = NVMF_TREQ_NOT_SPECIFIED;
+    e.treq = r.treq;
     e.portid = r.portid;
     e.cntlid = 0xffff;  // dynamic controller model
     e.asqsz = 32;
@@ -174,7 +174,7 @@ std::vector<uint8_t> build_discovery_log(uint64_t genctr, std::span<const Discov
     put_string(e.trsvcid, r.trsvcid);
     put_string(e.subnqn, r.subnqn);
     put_string(e.traddr, r.traddr);
-    e.tsas.tcp.sectype = NVMF_TCP_SECTYPE_NONE;
+    e.tsas.tcp.sectype = r.sectype;
     std::memcpy(out.data() + at, &e, sizeof e);
     at += sizeof e;
   }

@@ -60,6 +60,8 @@ struct DiscoveryRecord {
   uint8_t adrfam = 1;  ///< 1 IPv4, 2 IPv6
   uint16_t portid = 0;
   std::string subnqn;
+  uint8_t treq = 0;     ///< TREQ: NVMF_TREQ_* secure channel requirement
+  uint8_t sectype = 0;  ///< TSAS SECTYPE: NVMF_TCP_SECTYPE_*
 };
 /// Discovery log page (0x70): header then one 1024-byte entry per record.
 std::vector<uint8_t> build_discovery_log(uint64_t genctr, std::span<const DiscoveryRecord> records);

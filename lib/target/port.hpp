@@ -46,6 +46,8 @@ class Port {
   void stop();
 
   size_t index() const noexcept { return index_; }
+  /// The port's options as given to Target::start (never changes).
+  const TargetPort& config() const noexcept { return cfg_; }
   const std::string& traddr() const noexcept { return traddr_; }
   uint16_t number() const noexcept { return number_; }
   uint8_t adrfam() const noexcept { return adrfam_; }  ///< 1 IPv4, 2 IPv6

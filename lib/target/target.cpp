@@ -9,6 +9,7 @@
 #include "target/queue_auth.hpp"
 #include "target/subsystem.hpp"
 #include "target/target_core.hpp"
+#include "tls/psk.hpp"
 
 namespace nvmeof {
 
@@ -42,8 +43,10 @@ bool valid_options(const TargetOptions& o) {
   if (o.mdts > 16) return false;
   if (o.ccr_async_delay.count() < 0) return false;
   if (o.auth_timeout.count() <= 0) return false;
-  for (const auto& p : o.ports)
+  for (const auto& p : o.ports) {
     if (!valid_ana_state(p.ana_state)) return false;
+    if (p.tls != PortTls::none && !tls::parse_interchange(p.tls_psk)) return false;
+  }
   std::set<std::string> nqns;
   for (const auto& s : o.subsystems)
     if (!nqns.insert(s.nqn).second) return false;

@@ -1,5 +1,9 @@
 #include "target/target_core.hpp"
 
+#include <nvme/types.h>
+
+#include "target/port.hpp"
+
 namespace nvmeof::target {
 
 Subsystem* TargetCore::subsystem(std::string_view nqn) const noexcept {
@@ -28,6 +32,20 @@ std::vector<DiscoveryRecord> TargetCore::discovery_records(const std::string& lo
       d.adrfam = d.traddr.find(':') != std::string::npos ? 2 : 1;
       d.portid = static_cast<uint16_t>(p->index() + 1);
       d.subnqn = s->nqn();
+      switch (p->config().tls) {
+        case PortTls::none:
+          d.treq = NVMF_TREQ_NOT_SPECIFIED;
+          d.sectype = NVMF_TCP_SECTYPE_NONE;
+          break;
+        case PortTls::not_required:
+          d.treq = NVMF_TREQ_NOT_REQUIRED;
+          d.sectype = NVMF_TCP_SECTYPE_TLS13;
+          break;
+        case PortTls::required:
+          d.treq = NVMF_TREQ_REQUIRED;
+          d.sectype = NVMF_TCP_SECTYPE_TLS13;
+          break;
+      }
       r.push_back(std::move(d));
     }
   }

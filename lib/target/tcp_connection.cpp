@@ -258,7 +258,7 @@ void TcpConnection::note_backlog() noexcept {
 
 TcpConnection::RecvResult TcpConnection::receive() {
   if (rbuf_pos_ == rbuf_len_) {
-    const ssize_t n = ::recv(fd_, rbuf_.data(), kRecvChunk, MSG_DONTWAIT);
+    const ssize_t n = wire_recv(rbuf_.data(), kRecvChunk);
     if (n == 0) return RecvResult::closed;
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return RecvResult::idle;
@@ -305,8 +305,7 @@ TcpConnection::RecvResult TcpConnection::receive() {
 
 bool TcpConnection::flush() {
   while (out_head_ < out_.size()) {
-    const ssize_t n = ::send(fd_, out_.data() + out_head_, out_.size() - out_head_,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = wire_send(out_.data() + out_head_, out_.size() - out_head_);
     if (n > 0) {
       out_head_ += static_cast<size_t>(n);
       continue;

@@ -30,6 +30,7 @@
 #include "nvmeof/status.hpp"
 #include "target/byte_buffer.hpp"
 #include "target/io_commands.hpp"
+#include "tls/socket_stream.hpp"
 #include "transport/tcp/pdu.hpp"
 
 namespace nvmeof::target {
@@ -123,6 +124,12 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   CloseKind drain_wakeups();
   RecvResult receive();
   bool flush();
+  // The socket's byte stream, through TLS when the port asks for it (tcp_connection_tls.cpp):
+  // recv/send semantics (bytes, 0 at EOF, -1 with errno, EAGAIN when nothing moves). The first
+  // wire_recv of a TLS port settles the secure channel (the handshake, before the ICReq).
+  ssize_t wire_recv(uint8_t* buf, size_t len);
+  ssize_t wire_send(const uint8_t* buf, size_t len);
+  bool open_secure_channel();
   size_t backlog() const noexcept { return out_.size() - out_head_; }
   bool backlog_full() const noexcept;
   void note_backlog() noexcept;
@@ -173,6 +180,9 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   TargetCore& core_;
   Port& port_;
   int fd_;
+  // Connection thread only: the TLS stream once the handshake is done; null for plaintext.
+  std::unique_ptr<tls::SocketStream> tls_;
+  bool channel_settled_ = false;
   int efd_ = -1;
   const uint64_t id_;
   const std::string peer_;

@@ -20,6 +20,7 @@
 
 #include "core/crc32c.hpp"
 #include "nvmeof/command.hpp"
+#include "tls/socket_stream.hpp"
 #include "transport/tcp/pdu.hpp"
 
 namespace nvmeof::test {
@@ -68,10 +69,20 @@ class Client {
     return ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   }
   void close() {
+    tls_.reset();
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
   int fd() const { return fd_; }
+
+  /// TLS 1.3 with `psk` on the connected socket (before ic()); every PDU then goes through it.
+  /// The handshake's error, if any.
+  std::error_code start_tls(tls::TlsPsk psk) {
+    auto st = tls::SocketStream::handshake(fd_, tls::SessionConfig::client(std::move(psk)));
+    if (!st) return st.error();
+    tls_ = std::move(*st);
+    return {};
+  }
 
   /// ICReq / ICResp; nullopt when no ICResp came back.
   std::optional<tcp::IcResp> ic(bool hdgst = false, bool ddgst = false, uint8_t hpda = 0) {
@@ -89,6 +100,10 @@ class Client {
 
   void send_raw(const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
+    if (tls_) {
+      (void)tls_->write_all({b, n}, std::chrono::seconds(5));
+      return;
+    }
     while (n) {
       const ssize_t k = ::send(fd_, b, n, MSG_NOSIGNAL);
       if (k <= 0) return;
@@ -262,10 +277,17 @@ class Client {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now()).count();
       if (left <= 0 || closed_) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
       uint8_t buf[65536];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      ssize_t n = 0;
+      if (tls_) {
+        auto r = tls_->read_some({buf, sizeof buf}, std::chrono::milliseconds(left));
+        if (!r && r.error() == make_error_code(Errc::timeout)) continue;
+        n = r ? static_cast<ssize_t>(*r) : 0;
+      } else {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+        n = ::recv(fd_, buf, sizeof buf, 0);
+      }
       if (n <= 0) {
         closed_ = true;
         return std::nullopt;
@@ -322,6 +344,7 @@ class Client {
 
  private:
   int fd_ = -1;
+  std::unique_ptr<tls::SocketStream> tls_;
   int rcvbuf_ = 0;
   bool closed_ = false;
   uint16_t cid_ = 0;
