@@ -112,9 +112,14 @@ TEST_CASE("--fault-script goes to the external target through --target-control",
   REQUIRE(j["faults"].size() == 2);
   for (size_t i = 0; i < 2; ++i) {
     INFO("fault " << i);
-    CHECK(j["faults"][i]["delivered"] == true);
-    CHECK(j["faults"][i]["outcome"] == "failover");
-    CHECK(j["faults"][i]["failover"]["path"] == i);
+    const auto& f = j["faults"][i];
+    CHECK(f["delivered"] == true);
+    // A loaded machine may fail the path by a deadline just before its reset: said so.
+    if (f["outcome"] == "failover") {
+      CHECK(f["failover"]["path"] == i);
+    } else {
+      CHECK(f["reason"].get<std::string>().starts_with("the path was already failed"));
+    }
   }
   // Both ports were connected again after their reset.
   const auto st = nlohmann::json::parse(test::run_command(t.bin + " ctl " + t.sock + " stats").output);

@@ -301,7 +301,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   o.log_interval = *parse_duration(log_interval);
   if (!o.has_fault()) o.fail_kind = FaultArg::none;
   if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
-  if (o.has_fault_script()) {
+  if (script->count() > 0) {
     FaultScriptLimits limits;
     limits.paths = o.discover.empty() ? o.paths : 0;
     limits.runtime = o.runtime;

@@ -142,9 +142,19 @@ std::vector<FaultSummary> fault_summaries(const BenchReport& r) {
       f.failover = &e;
       break;
     }
+    // A path already failed (on its own, or by an earlier fault) and not back yet cannot fail again.
+    const FailoverEvent* down = nullptr;
+    for (const FailoverEvent& e : tl) {
+      if (e.path != static_cast<int>(a.step.path) || e.detect_ns >= a.applied_ns) continue;
+      if (e.reconnected_us < 0 || e.detect_ns + static_cast<uint64_t>(e.reconnected_us) * 1000 > a.applied_ns) down = &e;
+    }
     if (f.failover == nullptr) {
       if (!a.delivered) {
         f.reason = "not delivered: " + a.error;
+      } else if (down != nullptr) {
+        char b[96];
+        std::snprintf(b, sizeof b, "the path was already failed (at %.3f ms: ", event_ms(r, *down, 0));
+        f.reason = b + down->cause + "), not back yet";
       } else if (restore_ns) {
         char b[160];
         std::snprintf(b, sizeof b, "restored %.0f ms after it, before the volume saw the path fail",
