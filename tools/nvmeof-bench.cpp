@@ -61,7 +61,8 @@ class FaultDriver {
 
   void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
     if (target_ == nullptr) return;
-    while (next_ < r.steps.size() && now >= timed_start + to_ns(r.steps[next_].step.at)) apply(r.steps[next_++], timed_start, w, vol, r);
+    while (next_ < r.steps.size() && now >= timed_start + to_ns(r.steps[next_].step.at))
+      apply(r.steps[next_++], timed_start, w, vol, r);
     for (auto it = flips_.begin(); it != flips_.end();) {
       if (now < it->second) {
         ++it;
@@ -83,7 +84,9 @@ class FaultDriver {
     if (a.step.action == FaultArg::restore) {
       a.applied_ns = monotonic_ns();
       a.applied = true;
-      a.delivered = deliver(target_->clear_faults(port), a.error) && deliver(target_->set_ana_state(port, AnaState::optimized), a.error);
+      const bool cleared = deliver(target_->clear_faults(port), a.error);
+      const bool optimized = deliver(target_->set_ana_state(port, AnaState::optimized), a.error);
+      a.delivered = cleared && optimized;
       if (r.fault.injected && static_cast<int>(port) == r.fault.path && r.fault.restored_after_ms < 0)
         r.fault.restored_after_ms = static_cast<double>(a.applied_ns - r.fault.inject_ns) / 1e6;
       return;

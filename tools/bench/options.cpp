@@ -206,7 +206,8 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_flag("--show-placement", o.show_placement, "print the placement plan");
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
-  auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
+  auto* fail_path = app.add_option("--fail-path", o.fail_path,
+                                   "port index to fault (one fault; --fault-script for several)")
                         ->check(CLI::Range(0, 15));
   app.add_option("--fail-at", fail_at, "when to inject, from the start of the timed phase")
       ->check(duration_check)->needs(fail_path);
@@ -242,7 +243,8 @@ ParsedArgs parse_args(int argc, char** argv) {
   // Observability and external fault injection (issue 12).
   app.add_option(
       "--target-control", o.target_control,
-      "control socket of an external nvmeof-target (its --control PATH): --fail-path faults go there");
+      "control socket of an external nvmeof-target (its --control PATH): --fail-path and --fault-script "
+      "faults go there");
   auto* discover = app.add_option("--discover", o.discover,
                                   "ADDR:PORT of a discovery controller: open every path it lists for --nqn");
   discover->excludes(target)->excludes(embedded);

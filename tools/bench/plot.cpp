@@ -160,7 +160,8 @@ std::string render_svg(const PlotData& d) {
       << "\" y2=\"" << num(y) << "\" stroke=\"black\"/><text x=\"" << kLeft - 8 << "\" y=\"" << num(y + 4)
       << "\" text-anchor=\"end\">" << tick_label(v) << "</text>\n";
   }
-  o << "<text transform=\"translate(18," << num(top.y0 + top.h / 2) << ") rotate(-90)\" text-anchor=\"middle\">IOPS</text>\n</g>\n";
+  o << "<text transform=\"translate(18," << num(top.y0 + top.h / 2)
+    << ") rotate(-90)\" text-anchor=\"middle\">IOPS</text>\n</g>\n";
 
   // Latency axis (decades, with 2 and 5 minor ticks).
   o << "<g class=\"axis y p99\">\n<line x1=\"" << kLeft << "\" y1=\"" << bottom.y0 << "\" x2=\"" << kLeft

@@ -165,7 +165,8 @@ std::vector<FaultSummary> fault_summaries(const BenchReport& r) {
       } else {
         f.reason = "the path was not seen failing before the run ended";
       }
-      if (const char* hint = no_failover_hint(a.step.action); hint && a.delivered) f.reason += std::string(" (") + hint + ")";
+      if (const char* hint = no_failover_hint(a.step.action); hint && a.delivered && down == nullptr)
+        f.reason += std::string(" (") + hint + ")";
     }
     out.push_back(f);
   }
