@@ -53,16 +53,23 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
 }
 
 // Applies the fault schedule (--fault-script, or --fail-path's one fault) on time: each entry
-// once its time since the timed phase's start has come, in order; an ana-change is flipped back
-// to optimized 100 ms later (unless another entry on its path came first). Main thread only.
+// once its time since the timed phase's start (plus the lateness of the entries before it) has
+// come, in order; an ana-change is flipped back to optimized 100 ms later (unless another entry on
+// its path came first). Main thread only.
 class FaultDriver {
  public:
   explicit FaultDriver(FaultTarget* target) : target_(target) {}
 
   void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
     if (target_ == nullptr) return;
-    while (next_ < r.steps.size() && now >= timed_start + to_ns(r.steps[next_].step.at))
-      apply(r.steps[next_++], timed_start, w, vol, r);
+    // An entry applied late (a loaded machine) delays the later ones as much: the spacing the
+    // script asks for (a restore 300 ms after its fault) is kept.
+    while (next_ < r.steps.size() && now >= timed_start + to_ns(r.steps[next_].step.at) + lag_ns_) {
+      AppliedStep& a = r.steps[next_++];
+      apply(a, timed_start, w, vol, r);
+      const uint64_t due = timed_start + to_ns(a.step.at) + lag_ns_;
+      if (a.applied_ns > due) lag_ns_ += a.applied_ns - due;
+    }
     for (auto it = flips_.begin(); it != flips_.end();) {
       if (now < it->second) {
         ++it;
@@ -134,6 +141,7 @@ class FaultDriver {
   FaultTarget* target_;
   VolumeStats snapshot_;
   size_t next_ = 0;
+  uint64_t lag_ns_ = 0;
   std::vector<std::pair<size_t, uint64_t>> flips_;  ///< (port, when) of pending ana-change ends
 };
 

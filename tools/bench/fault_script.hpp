@@ -9,7 +9,8 @@
 // (path) index.
 //
 // Rules (each broken one is an error naming the entry): times never go back (entries are applied in
-// the order written, equal times in that order), every time is inside --runtime, PATH is below
+// the order written, equal times in that order; nvmeof-bench delays the later entries by the
+// lateness of an earlier one, so their spacing holds), every time is inside --runtime, PATH is below
 // the number of paths (when known), a restore follows a fault on its path, the script has at
 // least one fault and at most kMaxFaultSteps entries.
 //
