@@ -1,5 +1,6 @@
 // nvmeof-bench: an fio-like load generator over an nvmeof::Volume, against remote targets or an
-// embedded one, with every block verified and, on the embedded target, a fault injected midway.
+// embedded one, with every block verified and faults injected on a schedule (the embedded target,
+// or an external one's control socket), per-interval figures in a CSV and an SVG plot.
 //
 // Verification: when the workload reads, the working set is prefilled first (every block
 // stamped), so every read of the timed phase is checked; after the timed phase a final pass reads
@@ -9,10 +10,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "bench/fault_target.hpp"
+#include "bench/intervals.hpp"
 #include "bench/options.hpp"
 #include "bench/progress.hpp"
 #include "bench/report.hpp"
@@ -49,71 +52,107 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
   return Target::start(t);
 }
 
-// Injects the fault at --fail-at, undoes it on schedule (ana-change after 100 ms,
-// --restore-after when given). Main thread only.
+// Applies the fault schedule (--fault-script, or --fail-path's one fault) on time: each entry
+// once its time since the timed phase's start (plus the lateness of the entries before it) has
+// come, in order; an ana-change is flipped back to optimized 100 ms later (unless another entry on
+// its path came first). Main thread only.
 class FaultDriver {
  public:
-  FaultDriver(const BenchOptions& o, FaultTarget* target) : o_(o), target_(target) {}
+  explicit FaultDriver(FaultTarget* target) : target_(target) {}
 
   void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
-    if (!o_.has_fault() || target_ == nullptr) return;
-    const auto port = static_cast<size_t>(o_.fail_path);
-    if (!r.fault.injected && now >= timed_start + to_ns(o_.fail_at)) {
-      snapshot_ = vol.stats();
-      inject_ns_ = monotonic_ns();
-      w.mark_fault(inject_ns_);
-      inject(port);
-      r.fault.injected = true;
-      r.fault.path = o_.fail_path;
-      r.fault.kind = o_.fail_kind;
-      r.fault.inject_ns = inject_ns_;
-      r.fault.at_ms = static_cast<double>(inject_ns_ - timed_start) / 1e6;
-      return;
+    if (target_ == nullptr) return;
+    // An entry applied late (a loaded machine) delays the later ones as much: the spacing the
+    // script asks for (a restore 300 ms after its fault) is kept.
+    while (next_ < r.steps.size() && now >= timed_start + to_ns(r.steps[next_].step.at) + lag_ns_) {
+      AppliedStep& a = r.steps[next_++];
+      apply(a, timed_start, w, vol, r);
+      const uint64_t due = timed_start + to_ns(a.step.at) + lag_ns_;
+      if (a.applied_ns > due) lag_ns_ += a.applied_ns - due;
     }
-    if (!r.fault.injected) return;
-    if (o_.fail_kind == FaultArg::ana_change && !flipped_back_ &&
-        now >= inject_ns_ + to_ns(kAnaChangeHold)) {
-      deliver(target_->set_ana_state(port, AnaState::optimized));
-      flipped_back_ = true;
-    }
-    if (o_.restore_after.count() > 0 && r.fault.restored_after_ms < 0 &&
-        now >= inject_ns_ + to_ns(o_.restore_after)) {
-      deliver(target_->clear_faults(port));
-      deliver(target_->set_ana_state(port, AnaState::optimized));
-      r.fault.restored_after_ms = static_cast<double>(monotonic_ns() - inject_ns_) / 1e6;
+    for (auto it = flips_.begin(); it != flips_.end();) {
+      if (now < it->second) {
+        ++it;
+        continue;
+      }
+      std::string err;
+      deliver(target_->set_ana_state(it->first, AnaState::optimized), err);
+      it = flips_.erase(it);
     }
   }
 
-  /// The path statistics taken just before the injection.
+  /// The path statistics taken just before the first fault.
   const VolumeStats& snapshot() const noexcept { return snapshot_; }
 
  private:
-  void inject(size_t port) {
-    switch (o_.fail_kind) {
-      case FaultArg::none: break;
-      case FaultArg::reset: deliver(target_->inject(port, FaultKind::reset)); break;
-      case FaultArg::blackhole: deliver(target_->inject(port, FaultKind::blackhole)); break;
-      case FaultArg::partition: deliver(target_->inject(port, FaultKind::partition)); break;
-      case FaultArg::ana_inaccessible: deliver(target_->set_ana_state(port, AnaState::inaccessible)); break;
-      case FaultArg::ana_change: deliver(target_->set_ana_state(port, AnaState::change)); break;
-      case FaultArg::slow:
-        deliver(target_->set_latency(
-            port, std::chrono::duration_cast<std::chrono::microseconds>(o_.slow_latency)));
-        break;
-      case FaultArg::fail_status: deliver(target_->fail_commands(port, status::kInternalError)); break;
+  void apply(AppliedStep& a, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
+    const size_t port = a.step.path;
+    std::erase_if(flips_, [&](const auto& f) { return f.first == port; });
+    if (a.step.action == FaultArg::restore) {
+      a.applied_ns = monotonic_ns();
+      a.applied = true;
+      const bool cleared = deliver(target_->clear_faults(port), a.error);
+      const bool optimized = deliver(target_->set_ana_state(port, AnaState::optimized), a.error);
+      a.delivered = cleared && optimized;
+      if (r.fault.injected && static_cast<int>(port) == r.fault.path && r.fault.restored_after_ms < 0)
+        r.fault.restored_after_ms = static_cast<double>(a.applied_ns - r.fault.inject_ns) / 1e6;
+      return;
     }
-  }
-  // An external target may refuse or be gone: say so, the run goes on (its report shows it).
-  void deliver(bool ok) {
-    if (!ok) std::fprintf(stderr, "nvmeof-bench: fault not delivered: %s\n", target_->error().c_str());
+    const bool first = !r.fault.injected;
+    if (first) snapshot_ = vol.stats();
+    a.applied_ns = monotonic_ns();
+    a.applied = true;
+    w.mark_fault(a.applied_ns);
+    a.delivered = inject(a, port);
+    if (first) {
+      r.fault.injected = true;
+      r.fault.path = static_cast<int>(port);
+      r.fault.kind = a.step.action;
+      r.fault.inject_ns = a.applied_ns;
+      r.fault.at_ms = static_cast<double>(a.applied_ns - timed_start) / 1e6;
+    }
+    if (a.step.action == FaultArg::ana_change) flips_.emplace_back(port, a.applied_ns + to_ns(kAnaChangeHold));
   }
 
-  const BenchOptions& o_;
+  bool inject(AppliedStep& a, size_t port) {
+    switch (a.step.action) {
+      case FaultArg::none: case FaultArg::restore: return true;
+      case FaultArg::reset: return deliver(target_->inject(port, FaultKind::reset), a.error);
+      case FaultArg::blackhole: return deliver(target_->inject(port, FaultKind::blackhole), a.error);
+      case FaultArg::partition: return deliver(target_->inject(port, FaultKind::partition), a.error);
+      case FaultArg::refuse: return deliver(target_->inject(port, FaultKind::refuse), a.error);
+      case FaultArg::ana_inaccessible: return deliver(target_->set_ana_state(port, AnaState::inaccessible), a.error);
+      case FaultArg::ana_change: return deliver(target_->set_ana_state(port, AnaState::change), a.error);
+      case FaultArg::slow:
+        return deliver(target_->set_latency(port, std::chrono::duration_cast<std::chrono::microseconds>(a.step.latency)),
+                       a.error);
+      case FaultArg::fail_status: return deliver(target_->fail_commands(port, status::kInternalError), a.error);
+    }
+    return true;
+  }
+  // An external target may refuse or be gone: say so, the run goes on (its report shows it).
+  bool deliver(bool ok, std::string& error) {
+    if (ok) return true;
+    error = target_->error();
+    std::fprintf(stderr, "nvmeof-bench: fault not delivered: %s\n", error.c_str());
+    return false;
+  }
+
   FaultTarget* target_;
   VolumeStats snapshot_;
-  uint64_t inject_ns_ = 0;
-  bool flipped_back_ = false;
+  size_t next_ = 0;
+  uint64_t lag_ns_ = 0;
+  std::vector<std::pair<size_t, uint64_t>> flips_;  ///< (port, when) of pending ana-change ends
 };
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (out) return true;
+  std::fprintf(stderr, "nvmeof-bench: cannot write %s\n", path.c_str());
+  return false;
+}
 
 uint64_t path_ios(const VolumeStats& s, int index) {
   for (const PathStats& p : s.paths)
@@ -133,6 +172,7 @@ int main(int argc, char** argv) {
 
   BenchReport report;
   report.options = o;
+  for (const FaultStep& s : o.schedule) report.steps.push_back({s, false, 0, true, {}});
 
   std::unique_ptr<Target> target;
   if (o.embedded) {
@@ -151,7 +191,7 @@ int main(int argc, char** argv) {
     fault_target = local_fault_target(*target);
   } else if (!o.target_control.empty()) {
     std::string err;
-    fault_target = remote_fault_target(o.target_control, o.has_fault() ? static_cast<size_t>(o.fail_path) : 0, err);
+    fault_target = remote_fault_target(o.target_control, o.max_fault_path(), err);
     if (!fault_target) {
       std::fprintf(stderr, "nvmeof-bench: %s\n", err.c_str());
       return 1;
@@ -204,9 +244,9 @@ int main(int argc, char** argv) {
     const VolumeStats found = volume->stats();
     for (const PathStats& p : found.paths) report.addresses.push_back(p.address);
     say("discovered " + std::to_string(found.paths.size()) + " path(s) of " + o.nqn + " at " + o.discover);
-    if (o.has_fault() && static_cast<size_t>(o.fail_path) >= found.paths.size()) {
-      std::fprintf(stderr, "nvmeof-bench: --fail-path %d: the discovery controller listed %zu path(s)\n",
-                   o.fail_path, found.paths.size());
+    if (o.has_faults() && o.max_fault_path() >= found.paths.size()) {
+      std::fprintf(stderr, "nvmeof-bench: %s path %u: the discovery controller listed %zu path(s)\n",
+                   o.has_fault_script() ? "--fault-script" : "--fail-path", o.max_fault_path(), found.paths.size());
       return 2;
     }
   }
@@ -235,6 +275,12 @@ int main(int argc, char** argv) {
   cfg.iodepth = o.iodepth;
   cfg.verify = o.verify;
   cfg.seed = o.seed;
+  for (const FaultStep& s : o.schedule) cfg.fault_windows += s.action != FaultArg::restore;
+  std::unique_ptr<IntervalRecorder> recorder;
+  if (o.records_intervals()) {
+    recorder = std::make_unique<IntervalRecorder>(to_ns(o.log_interval), to_ns(o.runtime));
+    cfg.recorder = recorder.get();
+  }
   // Slot i runs on reactor i % reactors; its buffer sits on that reactor's node (or on
   // --memory-node for the remote-memory baseline).
   for (const ReactorPlacement& r : volume->placement().reactors)
@@ -256,23 +302,27 @@ int main(int argc, char** argv) {
     report.prefilled = true;
   }
 
-  FaultDriver faults(o, fault_target.get());
+  FaultDriver faults(fault_target.get());
   const VolumeStats at_start = volume->stats();
   if (report.drained) {
     say("running " + std::string(to_string(o.rw)) + " for " +
         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(o.runtime).count()) +
         " ms");
-    work.start(Phase::timed);
     const uint64_t t0 = monotonic_ns();
+    if (recorder) recorder->start(t0);
+    work.start(Phase::timed);
+    report.timed_start_ns = t0;
     report.fault.inject_ns = t0;  // the timeline's origin until a fault is injected
     ProgressLine progress(o.progress && !o.json, to_ns(o.runtime));
     for (uint64_t now = t0; now < t0 + to_ns(o.runtime); now = monotonic_ns()) {
       progress.tick(now, t0, *volume);
+      if (recorder) recorder->note_usable(now, volume->usable_paths());
       faults.tick(now, t0, work, *volume, report);
       work.service();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     progress.finish();
+    report.timed_end_ns = monotonic_ns();
     work.request_stop();
     // Completions may wait for a path up to no_path_timeout; keep the fault schedule running.
     const uint64_t give_up = monotonic_ns() + to_ns(vo.no_path_timeout) + 5'000'000'000ull;
@@ -283,6 +333,7 @@ int main(int argc, char** argv) {
     }
     report.drained = work.wait_idle(std::chrono::milliseconds(0));
     report.timed = work.totals(Phase::timed);
+    if (recorder) report.intervals = recorder->rows();
 
     const VolumeStats at_end = volume->stats();
     for (size_t i = 0; i < at_end.reactor_cpu_ns.size(); ++i)
@@ -313,10 +364,13 @@ int main(int argc, char** argv) {
   volume.reset();
   if (target) target->stop();
 
+  bool written = true;
+  if (!o.latency_log.empty()) written = write_file(o.latency_log, latency_csv(report)) && written;
+  if (!o.plot.empty()) written = write_file(o.plot, render_svg(plot_data(report))) && written;
   if (o.json) {
     std::cout << to_json(report).dump(2) << "\n";
   } else {
     std::cout << to_text(report);
   }
-  return report.exit_code();
+  return written ? report.exit_code() : 1;
 }

@@ -97,3 +97,38 @@ TEST_CASE("the status line shows rates, shares and usable paths", "[bench]") {
   CHECK(l.find("0:75% 1:25%") != std::string::npos);
   CHECK(l.find("usable 2/2") != std::string::npos);
 }
+
+TEST_CASE("--fault-script goes to the external target through --target-control", "[bench]") {
+  ExternalTarget t;
+  auto r = test::run_command(bench_bin() + " --target " + t.address(0) + " --target " + t.address(1) +
+                                 " --target-control " + t.sock +
+                                 " --rw randrw --runtime 1500ms --fault-script 400ms:reset:0,900ms:reset:1 --json",
+                             90);
+  INFO(r.output);
+  const auto j = report_of(r.output);
+  CHECK(j["ok"] == true);
+  CHECK(j["mismatches"] == 0);
+  CHECK(r.output.find("fault not delivered") == std::string::npos);
+  REQUIRE(j["faults"].size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("fault " << i);
+    const auto& f = j["faults"][i];
+    CHECK(f["delivered"] == true);
+    // A loaded machine may fail the path by a deadline just before its reset: said so.
+    if (f["outcome"] == "failover") {
+      CHECK(f["failover"]["path"] == i);
+    } else {
+      CHECK(f["reason"].get<std::string>().starts_with("the path was already failed"));
+    }
+  }
+  // Both ports were connected again after their reset.
+  const auto st = nlohmann::json::parse(test::run_command(t.bin + " ctl " + t.sock + " stats").output);
+  CHECK(st["ports"][0]["connections"].get<uint64_t>() > 2);
+  CHECK(st["ports"][1]["connections"].get<uint64_t>() > 2);
+
+  // A script naming a port the target does not have is refused before the run.
+  r = test::run_command(bench_bin() + " --target " + t.address(0) + " --target-control " + t.sock +
+                        " --fault-script 100ms:reset:1 --runtime 300ms", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("path 1 out of range (1 path: 0..0)") != std::string::npos);
+}

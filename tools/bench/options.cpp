@@ -2,10 +2,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
+
+#include "bench/fault_script.hpp"
+#include "bench/intervals.hpp"
 
 namespace nvmeof::bench {
 
@@ -31,6 +37,8 @@ const char* to_string(FaultArg f) noexcept {
     case FaultArg::ana_change: return "ana-change";
     case FaultArg::slow: return "slow";
     case FaultArg::fail_status: return "fail-status";
+    case FaultArg::refuse: return "refuse";
+    case FaultArg::restore: return "restore";
   }
   return "?";
 }
@@ -51,6 +59,12 @@ bool BenchOptions::writes() const noexcept {
     case RwMode::rw: case RwMode::randrw: return rwmixread < 100;
   }
   return false;
+}
+
+unsigned BenchOptions::max_fault_path() const noexcept {
+  unsigned m = 0;
+  for (const FaultStep& s : schedule) m = std::max(m, s.path);
+  return m;
 }
 
 bool BenchOptions::random() const noexcept {
@@ -128,7 +142,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   const std::map<std::string, FaultArg> fault_names = {
       {"reset", FaultArg::reset}, {"blackhole", FaultArg::blackhole}, {"partition", FaultArg::partition},
       {"ana-inaccessible", FaultArg::ana_inaccessible}, {"ana-change", FaultArg::ana_change},
-      {"slow", FaultArg::slow}, {"fail-status", FaultArg::fail_status}};
+      {"slow", FaultArg::slow}, {"fail-status", FaultArg::fail_status}, {"refuse", FaultArg::refuse}};
 
   const CLI::Validator size_check(
       [](std::string& s) { return parse_size(s) ? std::string{} : "not a size: " + s; }, "SIZE");
@@ -192,7 +206,8 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_flag("--show-placement", o.show_placement, "print the placement plan");
   app.add_flag("--verify,!--no-verify", o.verify, "stamp and check every block");
   app.add_flag("--json", o.json, "print the report as JSON");
-  auto* fail_path = app.add_option("--fail-path", o.fail_path, "port index to fault")
+  auto* fail_path = app.add_option("--fail-path", o.fail_path,
+                                   "port index to fault (one fault; --fault-script for several)")
                         ->check(CLI::Range(0, 15));
   app.add_option("--fail-at", fail_at, "when to inject, from the start of the timed phase")
       ->check(duration_check)->needs(fail_path);
@@ -203,10 +218,33 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_option("--slow-latency", slow_latency, "delay per command for --fail-kind slow")
       ->check(duration_check)->needs(fail_path);
   app.add_option("--seed", o.seed, "random seed of the offsets and the read/write mix");
+  auto* script = app.add_option(
+      "--fault-script", o.fault_script,
+      "several faults in one run: TIME:ACTION:PATH entries separated by commas, or @FILE with one "
+      "entry a line (# comments). TIME from the start of the timed phase (2s, 1.5s, 250ms), inside "
+      "--runtime and never going back; ACTION reset, blackhole, partition, refuse, ana-inaccessible, "
+      "ana-change, slow[=DELAY] (alias latency), fail-status, or restore (alias clear: the path's "
+      "faults end, its ANA group optimized again; only after a fault on that path); PATH the path "
+      "index. Example: 1s:reset:0,2s:partition:1,2.5s:restore:1. The report has one entry per fault "
+      "(JSON: faults) with the failover it caused, or why none");
+  script->excludes(fail_path);
+  std::string log_interval = "1s";
+  app.add_option("--latency-log", o.latency_log,
+                 "write a CSV of the timed phase: header row,time_s,read_iops,write_iops,read_mib_s,"
+                 "write_mib_s,lat_p50_us,lat_p99_us,lat_max_us,usable_paths,event,path,detail; "
+                 "`interval` rows (one per --log-interval, time_s its end, latency of the I/Os completed "
+                 "in it, usable_paths the fewest seen) and `event` rows (fault, restore, path_failed, "
+                 "io_moved, reconnected; only time_s, event, path, detail) in time order");
+  app.add_option("--log-interval", log_interval, "interval of --latency-log and --plot (e.g. 100ms)")
+      ->check(duration_check);
+  app.add_option("--plot", o.plot,
+                 "write an SVG of the timed phase: IOPS and p99 latency over time, each fault, restore "
+                 "and failover marked");
   // Observability and external fault injection (issue 12).
   app.add_option(
       "--target-control", o.target_control,
-      "control socket of an external nvmeof-target (its --control PATH): --fail-path faults go there");
+      "control socket of an external nvmeof-target (its --control PATH): --fail-path and --fault-script "
+      "faults go there");
   auto* discover = app.add_option("--discover", o.discover,
                                   "ADDR:PORT of a discovery controller: open every path it lists for --nqn");
   discover->excludes(target)->excludes(embedded);
@@ -228,6 +266,14 @@ ParsedArgs parse_args(int argc, char** argv) {
       throw CLI::ValidationError("--host-iface", "at most one per --target");
     if (o.has_fault() && !o.embedded && o.target_control.empty())
       throw CLI::ValidationError("--fail-path", "needs --embedded or --target-control");
+    if (o.has_fault_script() && !o.embedded && o.target_control.empty())
+      throw CLI::ValidationError("--fault-script", "needs --embedded or --target-control");
+    if (const auto li = parse_duration(log_interval); !li || li->count() == 0)
+      throw CLI::ValidationError("--log-interval", "must be above 0");
+    else if (const auto rt = parse_duration(runtime);
+             rt && static_cast<uint64_t>((rt->count() + li->count() - 1) / li->count()) > IntervalRecorder::kMaxIntervals)
+      throw CLI::ValidationError("--log-interval", "at most " + std::to_string(IntervalRecorder::kMaxIntervals) +
+                                                       " intervals in --runtime: raise it");
     if (o.has_fault() && o.discover.empty() &&
         static_cast<unsigned>(o.fail_path) >= (o.embedded ? o.paths : o.targets.size()))
       throw CLI::ValidationError("--fail-path", "must be below the number of paths");
@@ -254,8 +300,38 @@ ParsedArgs parse_args(int argc, char** argv) {
   if (!kato.empty())
     o.kato_ms = static_cast<uint32_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(*parse_duration(kato)).count());
+  o.log_interval = *parse_duration(log_interval);
   if (!o.has_fault()) o.fail_kind = FaultArg::none;
   if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
+  if (script->count() > 0) {
+    FaultScriptLimits limits;
+    limits.paths = o.discover.empty() ? o.paths : 0;
+    limits.runtime = o.runtime;
+    limits.slow_latency = o.slow_latency;
+    std::string error;
+    auto steps = load_fault_script(o.fault_script, limits, error);
+    if (!steps) {
+      std::fprintf(stderr, "nvmeof-bench: %s\n", error.c_str());
+      return {std::nullopt, 2};
+    }
+    o.schedule = std::move(*steps);
+  } else if (o.has_fault()) {
+    // The single-fault flags are a one-entry schedule (two with --restore-after).
+    const auto path = static_cast<unsigned>(o.fail_path);
+    o.schedule.push_back({o.fail_at, o.fail_kind, path, o.slow_latency,
+                          "--fail-kind " + std::string(to_string(o.fail_kind)) + " --fail-path " + std::to_string(path)});
+    if (o.restore_after.count() > 0)
+      o.schedule.push_back({o.fail_at + o.restore_after, FaultArg::restore, path, {}, "--restore-after"});
+  }
+  // Fail now rather than after the run when an output file cannot be written.
+  for (const std::string* f : {&o.latency_log, &o.plot}) {
+    if (f->empty()) continue;
+    std::ofstream probe(*f, std::ios::trunc);
+    if (!probe) {
+      std::fprintf(stderr, "nvmeof-bench: cannot write %s\n", f->c_str());
+      return {std::nullopt, 2};
+    }
+  }
   return {o, 0};
 }
 

@@ -17,7 +17,7 @@ namespace nvmeof::bench {
 enum class RwMode : uint8_t { read, write, randread, randwrite, rw, randrw };
 const char* to_string(RwMode m) noexcept;
 
-/// The fault --fail-kind injects on one port of the embedded target.
+/// A fault nvmeof-bench injects on one port (--fail-kind, or an entry of --fault-script).
 enum class FaultArg : uint8_t {
   none,
   reset,             ///< connections reset (RST)
@@ -27,8 +27,19 @@ enum class FaultArg : uint8_t {
   ana_change,        ///< the group enters `change`, back to optimized 100 ms later
   slow,              ///< every command on the port is delayed by --slow-latency
   fail_status,       ///< every command on the port completes with Internal Error (retryable)
+  refuse,            ///< new connections are closed at once (the live ones stay)
+  restore,           ///< ends the port's faults and makes its ANA group optimized again
 };
 const char* to_string(FaultArg f) noexcept;
+
+/// One entry of the fault schedule (see bench/fault_script.hpp for its text form).
+struct FaultStep {
+  std::chrono::nanoseconds at{0};       ///< since the timed phase started
+  FaultArg action = FaultArg::reset;    ///< never none
+  unsigned path = 0;
+  std::chrono::nanoseconds latency{0};  ///< slow: the delay per command
+  std::string text;                     ///< the entry as written (for messages and reports)
+};
 
 struct BenchOptions {
   RwMode rw = RwMode::read;
@@ -62,6 +73,13 @@ struct BenchOptions {
   std::chrono::nanoseconds restore_after{0};  ///< 0: the fault stays
   std::chrono::nanoseconds slow_latency = std::chrono::milliseconds(50);
   uint64_t seed = 1;
+  std::string fault_script;             ///< --fault-script as given (a list, or @FILE)
+  /// The faults to inject, in order: --fault-script's entries, or --fail-path's fault (and its
+  /// restore after --restore-after). Empty: none.
+  std::vector<FaultStep> schedule;
+  std::chrono::nanoseconds log_interval = std::chrono::seconds(1);
+  std::string latency_log;              ///< --latency-log CSV path
+  std::string plot;                     ///< --plot SVG path
   // Observability and external fault injection (issue 12).
   std::string target_control;           ///< an external nvmeof-target's control socket
   std::string control_dir;              ///< VolumeOptions::control_socket
@@ -69,7 +87,14 @@ struct BenchOptions {
   std::string discover;                 ///< ADDR:PORT of a discovery controller (--discover)
   bool progress = true;                 ///< the status line on a terminal (--no-progress)
 
+  /// Whether --fail-path gave the single fault (--fault-script is parsed in main()).
   bool has_fault() const noexcept { return fail_path >= 0; }
+  bool has_fault_script() const noexcept { return !fault_script.empty(); }
+  bool has_faults() const noexcept { return !schedule.empty(); }
+  /// The highest path index the schedule names; 0 without one.
+  unsigned max_fault_path() const noexcept;
+  /// Whether the run records per-interval figures.
+  bool records_intervals() const noexcept { return !latency_log.empty() || !plot.empty(); }
   /// Whether the workload issues reads at all.
   bool reads() const noexcept;
   bool writes() const noexcept;

@@ -1,5 +1,6 @@
 #include "bench/report.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -75,7 +76,175 @@ OpTotals combined(const PhaseTotals& t) {
   return all;
 }
 
+double since_start_ms(const BenchReport& r, uint64_t ns) {
+  return round3((static_cast<double>(ns) - static_cast<double>(r.timed_start_ns)) / 1e6);
+}
+
+// A FailoverEvent time (us since its detection, -1: never) as ms since the timed phase started.
+double event_ms(const BenchReport& r, const FailoverEvent& e, int64_t us) {
+  if (us < 0) return -1;
+  return round3((static_cast<double>(e.detect_ns) - static_cast<double>(r.timed_start_ns)) / 1e6 +
+                static_cast<double>(us) / 1e3);
+}
+
+json ms_or_null(double v) { return v < 0 ? json(nullptr) : json(v); }
+
+const char* no_failover_hint(FaultArg a) {
+  switch (a) {
+    case FaultArg::refuse: return "refuse closes only new connections, the live ones kept serving";
+    case FaultArg::slow: return "a slow path is still a usable one";
+    case FaultArg::ana_change: return "ANA change is transient (optimized again 100 ms later)";
+    case FaultArg::fail_status: return "its failed commands were retried without failing the path";
+    default: return nullptr;
+  }
+}
+
 }  // namespace
+
+std::vector<FaultSummary> fault_summaries(const BenchReport& r) {
+  std::vector<FaultSummary> out;
+  const std::vector<FailoverEvent>& tl = r.fault.timeline;
+  std::vector<bool> claimed(tl.size(), false);
+  const uint64_t end_ns = r.timed_end_ns ? r.timed_end_ns : r.timed_start_ns;
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const AppliedStep& a = r.steps[i];
+    if (a.step.action == FaultArg::restore) continue;
+    FaultSummary f;
+    f.index = out.size();
+    f.applied = &a;
+    if (f.index < r.timed.windows.size()) f.window = r.timed.windows[f.index];
+    // The next fault (any path) ends its window; the next fault on its own path ends the time
+    // in which a failover of that path is its doing.
+    uint64_t next_any = 0, next_same = 0, restore_ns = 0;
+    for (size_t j = i + 1; j < r.steps.size(); ++j) {
+      const AppliedStep& b = r.steps[j];
+      if (!b.applied) continue;
+      if (b.step.action == FaultArg::restore) {
+        if (b.step.path == a.step.path && restore_ns == 0) restore_ns = b.applied_ns;
+        continue;
+      }
+      if (next_any == 0) next_any = b.applied_ns;
+      if (b.step.path == a.step.path && next_same == 0) next_same = b.applied_ns;
+    }
+    if (!a.applied) {
+      f.reason = "not applied: the run ended first";
+      out.push_back(f);
+      continue;
+    }
+    f.at_ms = since_start_ms(r, a.applied_ns);
+    f.window_end_ms = since_start_ms(r, next_any ? next_any : std::max(end_ns, a.applied_ns));
+    if (restore_ns) f.restored_at_ms = since_start_ms(r, restore_ns);
+    for (size_t k = 0; k < tl.size(); ++k) {
+      const FailoverEvent& e = tl[k];
+      if (claimed[k] || e.path != static_cast<int>(a.step.path) || e.detect_ns < a.applied_ns) continue;
+      if (next_same && e.detect_ns >= next_same) continue;
+      claimed[k] = true;
+      f.failover = &e;
+      break;
+    }
+    // A path already failed (on its own, or by an earlier fault) and not back yet cannot fail again.
+    const FailoverEvent* down = nullptr;
+    for (const FailoverEvent& e : tl) {
+      if (e.path != static_cast<int>(a.step.path) || e.detect_ns >= a.applied_ns) continue;
+      if (e.reconnected_us < 0 || e.detect_ns + static_cast<uint64_t>(e.reconnected_us) * 1000 > a.applied_ns) down = &e;
+    }
+    if (f.failover == nullptr) {
+      if (!a.delivered) {
+        f.reason = "not delivered: " + a.error;
+      } else if (down != nullptr) {
+        char b[96];
+        std::snprintf(b, sizeof b, "the path was already failed (at %.3f ms: ", event_ms(r, *down, 0));
+        f.reason = b + down->cause + "), not back yet";
+      } else if (restore_ns) {
+        char b[160];
+        std::snprintf(b, sizeof b, "restored %.0f ms after it, before the volume saw the path fail",
+                      static_cast<double>(restore_ns - a.applied_ns) / 1e6);
+        f.reason = b;
+      } else if (next_same) {
+        f.reason = "the path was not seen failing before the next fault on it";
+      } else {
+        f.reason = "the path was not seen failing before the run ended";
+      }
+      if (const char* hint = no_failover_hint(a.step.action); hint && a.delivered && down == nullptr)
+        f.reason += std::string(" (") + hint + ")";
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<RunEvent> run_events(const BenchReport& r) {
+  std::vector<RunEvent> ev;
+  for (const AppliedStep& a : r.steps) {
+    if (!a.applied) continue;
+    std::string detail = to_string(a.step.action);
+    if (a.step.action == FaultArg::slow)
+      detail += "=" + std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(a.step.latency).count()) + "us";
+    if (!a.delivered) detail += " (not delivered)";
+    ev.push_back({since_start_ms(r, a.applied_ns) / 1e3, a.step.action == FaultArg::restore ? "restore" : "fault",
+                  static_cast<int>(a.step.path), detail});
+  }
+  for (const FailoverEvent& e : r.fault.timeline) {
+    ev.push_back({event_ms(r, e, 0) / 1e3, "path_failed", e.path, e.cause});
+    const int64_t moved = e.first_resubmit_us >= 0 ? e.first_resubmit_us : e.first_success_us;
+    if (moved >= 0)
+      ev.push_back({event_ms(r, e, moved) / 1e3, "io_moved", e.path,
+                    std::to_string(e.reads_moved) + " reads, " + std::to_string(e.writes_moved) + " writes"});
+    if (e.reconnected_us >= 0) ev.push_back({event_ms(r, e, e.reconnected_us) / 1e3, "reconnected", e.path, ""});
+  }
+  std::stable_sort(ev.begin(), ev.end(), [](const RunEvent& a, const RunEvent& b) { return a.t_s < b.t_s; });
+  return ev;
+}
+
+std::string latency_csv(const BenchReport& r) {
+  auto quote = [](const std::string& s) {
+    std::string q = "\"";
+    for (const char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::string out =
+      "row,time_s,read_iops,write_iops,read_mib_s,write_mib_s,lat_p50_us,lat_p99_us,lat_max_us,usable_paths,"
+      "event,path,detail\n";
+  const std::vector<RunEvent> ev = run_events(r);
+  size_t e = 0;
+  char line[320];
+  auto flush_events = [&](double until) {
+    for (; e < ev.size() && ev[e].t_s <= until; ++e) {
+      std::snprintf(line, sizeof line, "event,%.6f,,,,,,,,,%s,%d,", ev[e].t_s, ev[e].kind.c_str(), ev[e].path);
+      out += line + quote(ev[e].detail) + "\n";
+    }
+  };
+  for (const IntervalRow& row : r.intervals) {
+    flush_events(row.end_s);
+    std::snprintf(line, sizeof line, "interval,%.6f,%.0f,%.0f,%.3f,%.3f,%.1f,%.1f,%.1f,", row.end_s, row.read_iops,
+                  row.write_iops, row.read_mib_s, row.write_mib_s, row.p50_us, row.p99_us, row.max_us);
+    out += line;
+    out += row.usable_paths >= 0 ? std::to_string(row.usable_paths) : std::string();
+    out += ",,,\n";
+  }
+  flush_events(1e300);
+  return out;
+}
+
+PlotData plot_data(const BenchReport& r) {
+  PlotData d;
+  const BenchOptions& o = r.options;
+  d.title = "nvmeof-bench " + std::string(to_string(o.rw)) + " bs=" + format_size(o.bs) +
+            " iodepth=" + std::to_string(o.iodepth) + " paths=" + std::to_string(r.addresses.size()) +
+            " selector=" + to_string(o.selector);
+  d.duration_s = std::chrono::duration<double>(o.runtime).count();
+  for (const IntervalRow& row : r.intervals) d.points.push_back({row.end_s, row.read_iops, row.write_iops, row.p99_us});
+  for (const RunEvent& e : run_events(r)) {
+    if (e.kind == "fault") {
+      d.markers.push_back({e.t_s, PlotMarker::Kind::fault, e.detail + " path " + std::to_string(e.path)});
+    } else if (e.kind == "restore") {
+      d.markers.push_back({e.t_s, PlotMarker::Kind::restore, "restore path " + std::to_string(e.path)});
+    } else if (e.kind == "path_failed") {
+      d.markers.push_back({e.t_s, PlotMarker::Kind::failover, "path " + std::to_string(e.path) + " failed: " + e.detail});
+    }
+  }
+  return d;
+}
 
 nlohmann::json to_json(const BenchReport& r) {
   const BenchOptions& o = r.options;
@@ -139,6 +308,48 @@ nlohmann::json to_json(const BenchReport& r) {
          {"reconnected_ms", since_injection_ms(e, e.reconnected_us, f.inject_ns)},
          {"reads_moved", e.reads_moved},
          {"writes_moved", e.writes_moved}});
+
+  json faults = json::array();
+  for (const FaultSummary& s : fault_summaries(r)) {
+    const AppliedStep& a = *s.applied;
+    json fo = nullptr;
+    if (const FailoverEvent* e = s.failover) {
+      const int64_t moved = e->first_resubmit_us >= 0 ? e->first_resubmit_us : e->first_success_us;
+      fo = {{"path", e->path},
+            {"cause", e->cause},
+            {"failed_at_ms", event_ms(r, *e, 0)},
+            {"detected_after_ms", round3((static_cast<double>(e->detect_ns) - static_cast<double>(a.applied_ns)) / 1e6)},
+            {"fenced_at_ms", ms_or_null(event_ms(r, *e, e->fenced_us))},
+            {"fence_rule", e->fence_rule},
+            {"io_moved_at_ms", ms_or_null(event_ms(r, *e, moved))},
+            {"first_success_at_ms", ms_or_null(event_ms(r, *e, e->first_success_us))},
+            {"reconnected_at_ms", ms_or_null(event_ms(r, *e, e->reconnected_us))},
+            {"reads_moved", e->reads_moved},
+            {"writes_moved", e->writes_moved}};
+    }
+    faults.push_back(
+        {{"index", s.index},
+         {"entry", a.step.text},
+         {"action", to_string(a.step.action)},
+         {"path", a.step.path},
+         {"latency_us", a.step.action == FaultArg::slow
+                            ? json(std::chrono::duration_cast<std::chrono::microseconds>(a.step.latency).count())
+                            : json(nullptr)},
+         {"scheduled_ms", round3(std::chrono::duration<double, std::milli>(a.step.at).count())},
+         {"applied", a.applied},
+         {"at_ms", ms_or_null(s.at_ms)},
+         {"delivered", a.delivered},
+         {"error", a.delivered ? json(nullptr) : json(a.error)},
+         {"restored_at_ms", ms_or_null(s.restored_at_ms)},
+         {"window_end_ms", ms_or_null(s.window_end_ms)},
+         {"outcome", s.failover ? "failover" : !a.applied ? "not applied" : "no failover"},
+         {"reason", s.failover ? json(nullptr) : json(s.reason)},
+         {"failover", fo},
+         {"ios", s.window.ios},
+         {"errors", s.window.errors},
+         {"longest_io_ms", ns_to_ms(static_cast<double>(s.window.max_latency_ns))},
+         {"longest_gap_ms", ns_to_ms(static_cast<double>(s.window.max_gap_ns))}});
+  }
 
   json volume;
   try {
@@ -206,6 +417,7 @@ nlohmann::json to_json(const BenchReport& r) {
         {"longest_io_ms", ns_to_ms(static_cast<double>(r.timed.max_latency_after_fault_ns))},
         {"longest_gap_ms", ns_to_ms(static_cast<double>(r.timed.max_gap_after_fault_ns))},
         {"timeline", timeline}}},
+      {"faults", faults},
       {"volume", volume},
       {"placement", placement},
       {"ok", r.exit_code() == 0}};
@@ -295,6 +507,25 @@ std::string to_text(const BenchReport& r) {
           << ", first resubmit " << ms(e["first_resubmit_ms"]) << ", first success "
           << ms(e["first_success_ms"]) << ", reconnected " << ms(e["reconnected_ms"]) << "; moved "
           << e["reads_moved"] << " reads, " << e["writes_moved"] << " writes\n";
+  }
+  if (r.steps.size() > 1 || o.has_fault_script()) {
+    out << "  faults (ms since the timed phase started):\n";
+    auto ms = [](const json& v) { return v.is_null() ? std::string("-") : v.dump(); };
+    for (const json& f : j["faults"]) {
+      out << "    #" << f["index"] << " " << f["action"].get<std::string>() << " path " << f["path"] << " at "
+          << ms(f["at_ms"]);
+      if (!f["restored_at_ms"].is_null()) out << ", restored at " << ms(f["restored_at_ms"]);
+      out << ": ";
+      if (f["failover"].is_null()) {
+        out << "no failover, " << f["reason"].get<std::string>();
+      } else {
+        const json& e = f["failover"];
+        out << "failover (" << e["cause"].get<std::string>() << "): path failed at " << ms(e["failed_at_ms"])
+            << ", I/O moved at " << ms(e["io_moved_at_ms"]) << ", reconnected at " << ms(e["reconnected_at_ms"]);
+      }
+      out << "; until " << ms(f["window_end_ms"]) << ": longest I/O " << ms(f["longest_io_ms"])
+          << ", longest gap " << ms(f["longest_gap_ms"]) << ", errors " << f["errors"] << "\n";
+    }
   }
   out << (r.exit_code() == 0 ? "  result: ok\n" : "  result: FAILED\n");
   return out.str();

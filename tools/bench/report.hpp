@@ -8,7 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/fault_script.hpp"
+#include "bench/intervals.hpp"
 #include "bench/options.hpp"
+#include "bench/plot.hpp"
 #include "bench/workload.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -33,6 +36,35 @@ struct FaultReport {
   std::vector<FailoverEvent> timeline;  ///< failovers seen during the timed phase
 };
 
+/// One entry of the fault schedule as it ran.
+struct AppliedStep {
+  FaultStep step;
+  bool applied = false;
+  uint64_t applied_ns = 0;         ///< CLOCK_MONOTONIC
+  bool delivered = true;
+  std::string error;               ///< why it was not delivered
+};
+
+/// A fault of the schedule and what followed it (computed from the report by fault_summaries()).
+struct FaultSummary {
+  size_t index = 0;                ///< among the faults (restores not counted)
+  const AppliedStep* applied = nullptr;
+  double at_ms = -1;               ///< since the timed phase started; -1: never applied
+  double restored_at_ms = -1;      ///< the first restore of its path after it; -1: none
+  double window_end_ms = -1;       ///< the next fault's injection, or the end of the timed phase
+  const FailoverEvent* failover = nullptr;  ///< the first failover of its path it caused
+  std::string reason;              ///< without a failover: why not
+  WindowTotals window;             ///< from its injection to the next fault's
+};
+
+/// A fault, restore or failover step, for the latency log and the plot.
+struct RunEvent {
+  double t_s = 0;                  ///< since the timed phase started
+  std::string kind;                ///< fault, restore, path_failed, io_moved, reconnected
+  int path = -1;
+  std::string detail;
+};
+
 struct BenchReport {
   BenchOptions options;
   std::vector<std::string> addresses;
@@ -44,7 +76,11 @@ struct BenchReport {
   bool final_checked = false;
   PhaseTotals prefill, timed, final_check;
   std::vector<PathReport> paths;
-  FaultReport fault;
+  FaultReport fault;               ///< the first fault (the shape before --fault-script)
+  std::vector<AppliedStep> steps;  ///< the whole schedule (--fault-script, or the --fail-path sugar)
+  uint64_t timed_start_ns = 0;     ///< CLOCK_MONOTONIC
+  uint64_t timed_end_ns = 0;       ///< the end of the timed loop (before the drain)
+  std::vector<IntervalRow> intervals;  ///< with --latency-log / --plot
   uint64_t reactor_cpu_ns = 0;     ///< reactor threads' CPU time during the timed phase
   std::string volume_json;         ///< the volume's own stats at the end
   std::string placement_json;      ///< the volume's placement plan
@@ -57,6 +93,13 @@ struct BenchReport {
   /// 0: clean run; 1: errors, mismatches or I/O that never finished.
   int exit_code() const noexcept { return errors() || mismatches() || !drained ? 1 : 0; }
 };
+
+std::vector<FaultSummary> fault_summaries(const BenchReport& r);
+/// Faults, restores and each failover's detection, I/O moved and reconnection, in time order.
+std::vector<RunEvent> run_events(const BenchReport& r);
+/// The --latency-log file: a header, then interval and event rows in time order (see --help).
+std::string latency_csv(const BenchReport& r);
+PlotData plot_data(const BenchReport& r);
 
 nlohmann::json to_json(const BenchReport& r);
 std::string to_text(const BenchReport& r);

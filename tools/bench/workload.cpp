@@ -28,6 +28,7 @@ struct SlotStats {
   size_t n_error_kinds = 0;
   Mismatch examples[kMismatchExamplesPerSlot];
   size_t n_examples = 0;
+  std::vector<WindowTotals> windows;
 };
 
 
@@ -76,7 +77,7 @@ struct Workload::Slot {
 };
 
 Workload::Workload(Volume& volume, const WorkloadConfig& config)
-    : volume_(volume), cfg_(config), units_(config.units) {
+    : volume_(volume), cfg_(config), units_(config.units), window_start_(config.fault_windows, 0) {
   cfg_.iodepth = static_cast<unsigned>(std::min<uint64_t>(cfg_.iodepth, cfg_.units));
   const size_t unit_bytes = size_t{cfg_.unit_blocks} * cfg_.block_size;
   const size_t buf_bytes = (std::max<size_t>(unit_bytes, cfg_.sweep_bytes) + 4095) & ~size_t{4095};
@@ -102,8 +103,10 @@ void Workload::start(Phase phase) {
   stop_.store(false, std::memory_order_relaxed);
   sweep_cursor_.store(0, std::memory_order_relaxed);
   phase_start_ns_ = monotonic_ns();
+  window_count_.store(0, std::memory_order_relaxed);
   for (auto& s : slots_) {
     s->stats = SlotStats{};
+    s->stats.windows.resize(phase == Phase::timed ? cfg_.fault_windows : 0);
     s->cursor = 0;
   }
   for (auto& s : slots_) {
@@ -112,6 +115,15 @@ void Workload::start(Phase phase) {
     active_.fetch_add(1, std::memory_order_acq_rel);
     issue(*s);
   }
+}
+
+void Workload::mark_fault(uint64_t ns) noexcept {
+  uint64_t expected = 0;
+  fault_ns_.compare_exchange_strong(expected, ns, std::memory_order_relaxed);
+  const size_t k = window_count_.load(std::memory_order_relaxed);
+  if (k >= window_start_.size()) return;
+  window_start_[k] = ns;
+  window_count_.store(k + 1, std::memory_order_release);
 }
 
 void Workload::request_stop() noexcept { stop_.store(true, std::memory_order_relaxed); }
@@ -218,11 +230,22 @@ void Workload::complete(Slot& s, NvmeStatus status) noexcept {
   op.bytes += uint64_t{s.n_units} * cfg_.unit_blocks * cfg_.block_size;
   op.latency.record(latency);
 
+  if (phase_ == Phase::timed && cfg_.recorder != nullptr)
+    cfg_.recorder->record(now, s.op == IoOp::write, uint64_t{s.n_units} * cfg_.unit_blocks * cfg_.block_size,
+                          latency);
   if (const uint64_t fault = fault_ns_.load(std::memory_order_relaxed); fault != 0 && now >= fault) {
     st.max_latency_after_fault_ns = std::max(st.max_latency_after_fault_ns, latency);
     const uint64_t prev = last_completion_ns_.exchange(now, std::memory_order_relaxed);
     const uint64_t from = std::max(prev, fault);
     if (now > from) st.max_gap_after_fault_ns = std::max(st.max_gap_after_fault_ns, now - from);
+    if (const size_t k = window_count_.load(std::memory_order_acquire); k > 0 && k <= st.windows.size()) {
+      WindowTotals& w = st.windows[k - 1];
+      ++w.ios;
+      if (!status.is_success()) ++w.errors;
+      w.max_latency_ns = std::max(w.max_latency_ns, latency);
+      const uint64_t w_from = std::max(prev, window_start_[k - 1]);
+      if (now > w_from) w.max_gap_ns = std::max(w.max_gap_ns, now - w_from);
+    }
   }
 
   if (!status.is_success()) {
@@ -310,6 +333,13 @@ void Workload::collect(Phase phase) {
       } else {
         it->count += e.count;
       }
+    }
+    if (t.windows.size() < st.windows.size()) t.windows.resize(st.windows.size());
+    for (size_t k = 0; k < st.windows.size(); ++k) {
+      t.windows[k].ios += st.windows[k].ios;
+      t.windows[k].errors += st.windows[k].errors;
+      t.windows[k].max_latency_ns = std::max(t.windows[k].max_latency_ns, st.windows[k].max_latency_ns);
+      t.windows[k].max_gap_ns = std::max(t.windows[k].max_gap_ns, st.windows[k].max_gap_ns);
     }
     for (size_t i = 0; i < st.n_examples && t.mismatch_examples.size() < 16; ++i)
       t.mismatch_examples.push_back(st.examples[i]);

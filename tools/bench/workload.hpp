@@ -9,8 +9,8 @@
 // Threading: the public methods are for the main thread. Slot state and per-slot statistics are
 // written by whichever reactor thread completes the slot's I/O (one at a time, handed over through
 // the volume's submission ring); the main thread reads them only after wait_idle() saw every slot
-// finish (acquire on `active_`). `fault_ns_` and `stop_` are written by the main thread and read
-// relaxed by the callbacks: a stale read only moves the boundary by one I/O.
+// finish (acquire on `active_`). `fault_ns_`, `window_count_` and `stop_` are written by the main
+// thread and read by the callbacks: a stale read only moves a boundary by one I/O.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench/intervals.hpp"
 #include "bench/options.hpp"
 #include "bench/stamp.hpp"
 #include "core/histogram.hpp"
@@ -43,6 +44,11 @@ struct WorkloadConfig {
   /// Per reactor, the node its slots' buffers go on (-1: wherever). Slot i is submitted to
   /// reactor i % size; empty: the volume routes every submission itself.
   std::vector<int> reactor_nodes;
+  /// Fault windows the timed phase tracks (see mark_fault()); at most this many faults.
+  size_t fault_windows = 0;
+  /// Receives every completion of the timed phase (--latency-log, --plot); may be null. Outlives
+  /// the workload.
+  IntervalRecorder* recorder = nullptr;
 };
 
 enum class Phase : uint8_t { prefill, timed, final_check };
@@ -72,6 +78,14 @@ struct OpTotals {
   LatencyHistogram latency;
 };
 
+/// From one fault's injection to the next one's (or the end): what the application saw.
+struct WindowTotals {
+  uint64_t ios = 0;
+  uint64_t errors = 0;
+  uint64_t max_latency_ns = 0;   ///< the longest I/O completing in the window
+  uint64_t max_gap_ns = 0;       ///< the longest time without a completion, within the window
+};
+
 struct PhaseTotals {
   OpTotals read, write;
   uint64_t errors = 0;
@@ -83,6 +97,7 @@ struct PhaseTotals {
   uint64_t max_gap_after_fault_ns = 0;
   std::vector<ErrorCount> error_counts;
   std::vector<Mismatch> mismatch_examples;  ///< the first few
+  std::vector<WindowTotals> windows;        ///< timed phase: one per mark_fault() call
   double seconds() const noexcept {
     return end_ns > start_ns ? static_cast<double>(end_ns - start_ns) / 1e9 : 0.0;
   }
@@ -108,8 +123,9 @@ class Workload {
   bool wait_idle(std::chrono::milliseconds timeout);
   /// I/Os in flight or waiting to be resubmitted.
   unsigned active() const noexcept { return active_.load(std::memory_order_acquire); }
-  /// From now on, track the longest I/O and the longest completion gap after `ns`.
-  void mark_fault(uint64_t ns) noexcept { fault_ns_.store(ns, std::memory_order_relaxed); }
+  /// A fault is injected at `ns`: from now on, track the longest I/O and the longest completion
+  /// gap after the first one, and open the next fault window (up to config.fault_windows).
+  void mark_fault(uint64_t ns) noexcept;
   /// The totals of a finished phase (after wait_idle()).
   PhaseTotals totals(Phase phase) const;
 
@@ -142,6 +158,9 @@ class Workload {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> fault_ns_{0};
   std::atomic<uint64_t> last_completion_ns_{0};
+  /// Window k starts at window_start_[k]; written before window_count_ is raised (release).
+  std::vector<uint64_t> window_start_;
+  std::atomic<size_t> window_count_{0};
   PhaseTotals totals_[kPhases];
 };
 
