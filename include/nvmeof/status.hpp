@@ -104,6 +104,7 @@ enum class Errc {
   namespace_mismatch,     ///< paths disagree on the namespace identity
   unsupported,            ///< the peer or the machine lacks a needed feature
   keep_alive_timeout,     ///< no command arrived within the keep-alive timeout
+  authentication_required,  ///< the controller requires in-band authentication, no key is set
 };
 
 const std::error_category& nvmeof_category() noexcept;
