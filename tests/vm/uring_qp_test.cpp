@@ -35,6 +35,7 @@ namespace {
 using nvmeof::IoRequest;
 using nvmeof::Reactor;
 namespace uring = nvmeof::uring;
+namespace fabric = nvmeof::fabric;
 
 struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
