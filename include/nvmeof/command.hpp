@@ -73,6 +73,8 @@ namespace fctype {
 inline constexpr uint8_t kPropertySet = 0x00;
 inline constexpr uint8_t kConnect = 0x01;
 inline constexpr uint8_t kPropertyGet = 0x04;
+inline constexpr uint8_t kAuthenticationSend = 0x05;
+inline constexpr uint8_t kAuthenticationReceive = 0x06;
 inline constexpr uint8_t kDisconnect = 0x08;
 }  // namespace fctype
 
@@ -269,9 +271,8 @@ inline uint64_t rw_slba(const Sqe& c) noexcept {
 inline uint32_t rw_nlb(const Sqe& c) noexcept { return (c.cdw12 & 0xffff) + 1; }
 
 /// Whether the command moves data from host to controller (opcode bits 1:0 = 01b), the
-/// convention of the NVMe opcode encoding. Fabrics Connect also sends data (connect data).
-// A Fabrics command's direction is in FCTYPE bits 1:0 (Connect and Authentication Send send
-// data, Authentication Receive returns it).
+/// convention of the NVMe opcode encoding; for a Fabrics command FCTYPE bits 1:0 say it
+/// (Connect and Authentication Send send data, Authentication Receive receives it).
 inline bool is_host_to_controller(const Sqe& c) noexcept {
   if (c.opcode == opcode::kFabrics) return (fabrics_type(c) & 0x3) == 0x1;
   return (c.opcode & 0x3) == 0x1;

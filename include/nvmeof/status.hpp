@@ -105,6 +105,7 @@ enum class Errc {
   unsupported,            ///< the peer or the machine lacks a needed feature
   keep_alive_timeout,     ///< no command arrived within the keep-alive timeout
   authentication_failed,  ///< DH-HMAC-CHAP failed: a wrong key, or no hash or DH group in common
+  authentication_required,  ///< the controller requires in-band authentication, no key is set
 };
 
 const std::error_category& nvmeof_category() noexcept;

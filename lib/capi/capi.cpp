@@ -153,6 +153,8 @@ int to_errno(std::error_code ec) noexcept {
       case Errc::no_path: return -EHOSTUNREACH;
       case Errc::namespace_mismatch: return -EMEDIUMTYPE;
       case Errc::unsupported: return -EOPNOTSUPP;
+      case Errc::authentication_required: return -EACCES;
+      case Errc::authentication_failed: return -EACCES;
       default: return -EPROTO;
     }
   }

@@ -17,6 +17,7 @@
 #include "control/control_plane.hpp"
 #include "control/controller_access.hpp"
 #include "core/node_memory.hpp"
+#include "fabric/admin.hpp"
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
 #include "core/log.hpp"
@@ -32,13 +33,6 @@ constexpr uint32_t kCstsCfs = 2u;
 constexpr uint8_t kCntrltypeDiscovery = 3;
 constexpr uint32_t kAenNsAttrChanged = 1u << 8;
 constexpr uint32_t kAenAnaChange = 1u << 11;
-constexpr uint32_t kNsidAll = 0xffffffffu;
-constexpr uint32_t kIdentifyLen = 4096;
-constexpr uint32_t kAnaHeaderLen = 16;
-constexpr uint32_t kAnaGroupDescLen = 32;
-constexpr uint32_t kDiscoveryRecordLen = 1024;
-constexpr uint64_t kMaxDiscoveryRecords = 1024;
-constexpr uint32_t kMaxLogLen = 4u << 20;
 // Connect asks for this when the caller wants the shortest KATO: KAS is not known before
 // Identify, and every controller accepts a second.
 constexpr uint32_t kProvisionalKatoMs = 1000;
@@ -198,7 +192,8 @@ struct AdminOp {
 // Threading: `addr`, `opts`, `info`, `cap`, `cntlid`, `granted` are written during connect()
 // before the Controller object is published and are read-only afterwards. `live` is atomic.
 // Callbacks are guarded by `cb_mu`. Everything else belongs to the control thread.
-struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, std::enable_shared_from_this<Controller::Impl> {
+struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminChannel,
+                                             std::enable_shared_from_this<Controller::Impl> {
   Impl(ControlPlane::Impl& c, const TransportAddress& a, const ConnectOptions& o)
       : cp(c), addr(a), opts(o), ka_timer(c.io), ka_deadline(c.io) {}
 
@@ -245,8 +240,9 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, std::enable_shar
   void drain_waiting();
   Result<AdminResult> execute(const Sqe& cmd, void* data, uint32_t len);
   Result<AdminResult> execute(const Sqe& cmd, void* data, uint32_t len, std::chrono::milliseconds timeout);
-  Result<std::vector<uint8_t>> read_data(const Sqe& cmd, uint32_t len);
-  Result<std::vector<uint8_t>> get_log(uint8_t lid, uint32_t nsid, uint32_t len);
+  // fabric::AdminChannel: the admin queue for the shared readers (fabric/admin.hpp).
+  Result<uint32_t> admin_command(const Sqe& cmd, void* data, uint32_t len) override;
+  uint32_t admin_max_transfer() const noexcept override;
   void fail(std::error_code why);
   void schedule_keep_alive();
   void send_keep_alive();
@@ -340,29 +336,15 @@ Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32
   return AdminResult{op->cqe.status(), op->cqe.dw0, op->cqe.dw1};
 }
 
-Result<std::vector<uint8_t>> Controller::Impl::read_data(const Sqe& cmd, uint32_t len) {
-  std::vector<uint8_t> buf(len);
-  auto r = execute(cmd, buf.data(), len);
+Result<uint32_t> Controller::Impl::admin_command(const Sqe& cmd, void* data, uint32_t len) {
+  auto r = execute(cmd, data, len);
   if (!r) return r.error();
   if (!r->status.is_success()) return make_error_code(r->status);
-  return buf;
+  return r->dw0;
 }
 
-// A log page read in pieces of at most MDTS, each at its own offset.
-Result<std::vector<uint8_t>> Controller::Impl::get_log(uint8_t lid, uint32_t nsid, uint32_t len) {
-  len = (len + 3) & ~3u;
-  const uint32_t chunk = info.max_transfer ? info.max_transfer : tcp::kDefaultMaxTransfer;
-  std::vector<uint8_t> out(len);
-  for (uint32_t off = 0; off < len;) {
-    const uint32_t n = std::min(chunk, len - off);
-    Sqe c;
-    prep_get_log_page(c, lid, nsid, n, off);
-    auto r = execute(c, out.data() + off, n);
-    if (!r) return r.error();
-    if (!r->status.is_success()) return make_error_code(r->status);
-    off += n;
-  }
-  return out;
+uint32_t Controller::Impl::admin_max_transfer() const noexcept {
+  return info.max_transfer ? info.max_transfer : tcp::kDefaultMaxTransfer;
 }
 
 void Controller::Impl::fail(std::error_code why) {
@@ -552,10 +534,7 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 
-  prep_identify(c, cns::kController, 0);
-  auto id = impl->read_data(c, kIdentifyLen);
-  if (!id) return give_up(id.error(), "Identify Controller: " + id.error().message());
-  auto info = parse_identify_controller(*id);
+  auto info = fabric::identify_controller(*impl);
   if (!info) return give_up(info.error(), "Identify Controller: " + info.error().message());
   impl->info = std::move(*info);
 
@@ -641,77 +620,14 @@ Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) 
 }
 
 Result<NamespaceInfo> Controller::identify_namespace(uint32_t nsid) {
-  Sqe c;
-  prep_identify(c, cns::kNamespace, nsid);
-  auto raw = impl_->read_data(c, kIdentifyLen);
-  if (!raw) return raw.error();
-  auto ns = parse_identify_namespace(*raw, nsid);
-  if (!ns) return ns.error();
-  prep_identify(c, cns::kNamespaceDescriptors, nsid);
-  auto desc = impl_->read_data(c, kIdentifyLen);
-  // Descriptors are optional (NVMe 1.3+); a controller without them still has NGUID/EUI64.
-  if (desc) {
-    if (auto p = parse_ns_descriptors(*desc, ns->id); !p) return p.error();
-  } else if (desc.error().category() != nvme_category()) {
-    return desc.error();
-  }
-  return ns;
+  return fabric::identify_namespace(*impl_, nsid);
 }
 
-Result<std::vector<uint32_t>> Controller::active_namespaces() {
-  std::vector<uint32_t> out;
-  uint32_t from = 0;
-  for (;;) {
-    Sqe c;
-    prep_identify(c, cns::kActiveNamespaceList, from);
-    auto raw = impl_->read_data(c, kIdentifyLen);
-    if (!raw) return raw.error();
-    size_t n = 0;
-    for (; n < kIdentifyLen / 4; ++n) {
-      uint32_t id;
-      std::memcpy(&id, raw->data() + n * 4, 4);
-      if (id == 0) break;
-      if (id <= from) return Errc::short_data;  // the list must ascend past `from`
-      out.push_back(id);
-    }
-    if (n < kIdentifyLen / 4) return out;
-    from = out.back();
-  }
-}
+Result<std::vector<uint32_t>> Controller::active_namespaces() { return fabric::active_namespaces(*impl_); }
 
-Result<AnaLog> Controller::ana_log() {
-  auto hdr = impl_->get_log(log_page::kAna, kNsidAll, kAnaHeaderLen);
-  if (!hdr) return hdr.error();
-  uint16_t ngrps;
-  std::memcpy(&ngrps, hdr->data() + 8, sizeof ngrps);
-  // Each namespace sits in at most one group: NN bounds the NSID lists.
-  const uint64_t want = kAnaHeaderLen + uint64_t{ngrps} * kAnaGroupDescLen + uint64_t{impl_->info.nn} * 4;
-  auto full = impl_->get_log(log_page::kAna, kNsidAll,
-                             static_cast<uint32_t>(std::min<uint64_t>(want, kMaxLogLen)));
-  if (!full) return full.error();
-  return parse_ana_log(*full);
-}
+Result<AnaLog> Controller::ana_log() { return fabric::ana_log(*impl_, impl_->info.nn); }
 
-Result<DiscoveryLog> Controller::discovery_log() {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto hdr = impl_->get_log(log_page::kDiscovery, 0, kDiscoveryRecordLen);
-    if (!hdr) return hdr.error();
-    uint64_t genctr, numrec;
-    std::memcpy(&genctr, hdr->data(), 8);
-    std::memcpy(&numrec, hdr->data() + 8, 8);
-    numrec = std::min(numrec, kMaxDiscoveryRecords);
-    auto full = impl_->get_log(log_page::kDiscovery, 0,
-                               static_cast<uint32_t>((numrec + 1) * kDiscoveryRecordLen));
-    if (!full) return full.error();
-    uint64_t again;
-    std::memcpy(&again, full->data(), 8);
-    if (again != genctr) continue;  // the log changed between the two reads
-    // Tell the parser only about the records we fetched, should NUMREC exceed our cap.
-    std::memcpy(full->data() + 8, &numrec, 8);
-    return parse_discovery_log(*full);
-  }
-  return Errc::protocol_error;
-}
+Result<DiscoveryLog> Controller::discovery_log() { return fabric::discovery_log(*impl_); }
 
 Result<void> Controller::keep_alive() {
   Sqe c;
@@ -741,12 +657,12 @@ Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
   // In progress: the controller adds the reset to its CCR log and raises an event when it is
   // done. The log is polled as well, so a lost event only costs a poll period.
   for (;;) {
-    auto hdr = impl_->get_log(log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
+    auto hdr = fabric::get_log_page(*impl_, log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
     if (!hdr) return hdr.error();
     uint16_t ne;
     std::memcpy(&ne, hdr->data(), sizeof ne);
     ne = static_cast<uint16_t>(std::min<size_t>(ne, ccr::kMaxLogEntries));
-    auto log = impl_->get_log(log_page::kCrossControllerReset, 0xffffffffu,
+    auto log = fabric::get_log_page(*impl_, log_page::kCrossControllerReset, 0xffffffffu,
                               static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
     if (!log) return log.error();
     for (size_t i = 0; i < ne; ++i) {

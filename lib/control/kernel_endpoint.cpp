@@ -7,6 +7,7 @@
 #include "control/endpoint.hpp"
 #include "control/kernel_connect.hpp"
 #include "control/kernel_paths.hpp"
+#include "fabric/admin.hpp"
 #include "transport/uring/admin.hpp"
 #include "transport/uring/queue_pair.hpp"
 #include "core/log.hpp"
@@ -36,9 +37,9 @@ class KernelEndpoint final : public PathEndpoint {
 
   const ControllerInfo& info() const noexcept override { return info_; }
   std::optional<uint32_t> fixed_nsid() const noexcept override { return nsid_; }
-  Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return admin_.identify_namespace(nsid); }
+  Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return fabric::identify_namespace(admin_, nsid); }
   Result<std::vector<uint32_t>> active_namespaces() override { return std::vector<uint32_t>{nsid_}; }
-  Result<AnaLog> ana_log() override { return admin_.ana_log(); }
+  Result<AnaLog> ana_log() override { return fabric::ana_log(admin_, info_.nn); }
   // Opening the device and registering it with the ring are quick and belong to the ring's
   // thread, so all of it happens in start().
   Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int) override {
@@ -96,8 +97,9 @@ Result<std::shared_ptr<PathEndpoint>> open_kernel_endpoint(const TransportAddres
           if (k.state != "live") return Errc::not_connected;
           auto admin = uring::AdminDevice::open(k.admin_device);
           if (!admin) return admin.error();
-          auto info = admin->identify_controller();
+          auto info = fabric::identify_controller(*admin);
           if (!info) return info.error();
+          admin->set_max_transfer(info->max_transfer);
           // The volume splits I/O at this size; the passthrough pair takes no more.
           const uint32_t limit = uring::transfer_limit(addr.traddr, "/sys");
           info->max_transfer = info->max_transfer ? std::min(info->max_transfer, limit) : limit;

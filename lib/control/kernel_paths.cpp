@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "fabric/admin.hpp"
 #include "transport/uring/admin.hpp"
 
 namespace nvmeof {
@@ -83,8 +84,11 @@ class AnaLogs {
     if (opts_.ana == AnaLookup::sysfs_then_log_page) {
       auto dev = uring::AdminDevice::open(opts_.dev_root + "/" + ctrl);
       if (dev) {
-        auto l = dev->ana_log();
-        if (l) log = std::move(*l);
+        // NN bounds the NSID lists of the log (fabric::ana_log reads the header, then that much).
+        if (auto info = fabric::identify_controller(*dev)) {
+          dev->set_max_transfer(info->max_transfer);
+          if (auto l = fabric::ana_log(*dev, info->nn)) log = std::move(*l);
+        }
       }
     }
     auto& slot = logs_[ctrl];

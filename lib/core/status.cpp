@@ -81,6 +81,7 @@ class NvmeofCategory final : public std::error_category {
       case Errc::unsupported: return "not supported";
       case Errc::keep_alive_timeout: return "keep-alive timeout";
       case Errc::authentication_failed: return "authentication failed";
+      case Errc::authentication_required: return "authentication required but no key configured";
     }
     return "unknown nvmeof error " + std::to_string(v);
   }

@@ -512,3 +512,60 @@ TEST_CASE("a small MAXH2CDATA splits every R2T into many H2CData PDUs across sen
   REQUIRE(io.read(0, kCmds * kNlb, back.data()));
   CHECK(all_stamped(back, 4096, 0, 77));
 }
+
+TEST_CASE("the shared Fabrics Connect and its post-connect step against the target") {
+  Env env;
+  tcp::QpConfig cfg;
+  cfg.trsvcid = env.addr.trsvcid;
+  cfg.qid = 0;
+  cfg.depth = 8;
+  cfg.subnqn = kNqn;
+  cfg.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:fabric-test";
+  cfg.connect_timeout = 5000ms;
+  std::error_code recv_ec, send_ec;
+  fabric::PostConnect seen;
+  int calls = 0;
+  cfg.authenticate = [&](fabric::CommandChannel& ch, const fabric::PostConnect& ctx) {
+    ++calls;
+    seen = ctx;
+    // The target answers both commands on the set-up socket (it does not authenticate: a
+    // status, not a transport error), and the queue stays usable.
+    uint8_t buf[64];
+    recv_ec = fabric::auth_receive(ch, buf, ctx.deadline);
+    const uint8_t negotiate[8] = {0x10, 0x00};
+    send_ec = fabric::auth_send(ch, negotiate, ctx.deadline);
+    return std::error_code{};
+  };
+  auto qp = tcp::QueuePair::connect(*env.reactor, cfg);
+  REQUIRE(qp);
+  CHECK(calls == 1);
+  CHECK(seen.qid == 0);
+  CHECK(seen.subnqn == kNqn);
+  CHECK(seen.hostnqn == cfg.hostnqn);
+  CHECK(seen.cntlid == (*qp)->session().cntlid);
+  CHECK_FALSE(seen.response.auth_required);
+  REQUIRE(recv_ec);
+  CHECK(recv_ec.category() == nvme_category());
+  REQUIRE(send_ec);
+  CHECK(send_ec.category() == nvme_category());
+  // Identify Controller on the admin queue so set up.
+  (*qp)->start();
+  SyncIo admin(**qp, *env.reactor, 0, 4096, 5000ms);
+  Sqe id;
+  prep_identify(id, cns::kController, 0);
+  std::vector<uint8_t> data(4096);
+  REQUIRE(admin.execute(id, data.data(), 4096));
+  auto info = parse_identify_controller(data);
+  REQUIRE(info);
+  CHECK(info.value().serial == "HOSTTEST42");
+  CHECK(info.value().cntlid == (*qp)->session().cntlid);
+  qp->reset();
+
+  // An authenticator's error fails the connect with it.
+  cfg.authenticate = [](fabric::CommandChannel&, const fabric::PostConnect&) {
+    return make_error_code(Errc::unsupported);
+  };
+  auto refused = tcp::QueuePair::connect(*env.reactor, cfg);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == make_error_code(Errc::unsupported));
+}

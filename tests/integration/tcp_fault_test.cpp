@@ -472,3 +472,110 @@ TEST_CASE("a slow reader with a tiny window still gets every capsule byte in ord
   CHECK((*qp)->state() == QpState::live);
   qp->reset();
 }
+
+// The post-connect step of the shared Fabrics Connect (fabric/connect.hpp) over the set-up
+// socket: a controller that requires authentication, and the AuthSend/AuthReceive exchange.
+namespace {
+
+void answer_connect_with(int fd, uint32_t dw0) {
+  uint8_t cap[kCapsuleCmdHlen + 1024];
+  REQUIRE(read_exact(fd, cap, sizeof cap));
+  Cqe cqe{};
+  cqe.cid = 0;
+  cqe.dw0 = dw0;
+  CapsuleResp r;
+  fill_capsule_resp(r, cqe, Negotiated{});
+  write_all(fd, &r, sizeof r);
+}
+
+}  // namespace
+
+TEST_CASE("a Connect response that requires authentication fails the set-up without a key") {
+  FakeController fake([](int fd) {
+    answer_icreq(fd);
+    answer_connect_with(fd, fabric::kAuthReqAtr | 1);
+  });
+  auto reactor = Reactor::create().value();
+  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
+  REQUIRE_FALSE(qp);
+  CHECK(qp.error() == make_error_code(Errc::authentication_required));
+}
+
+TEST_CASE("the authenticator's AuthSend and AuthReceive reach the controller on the set-up socket") {
+  const std::vector<uint8_t> msg = {0x10, 0x00, 0x01, 0x02, 0x03, 0x04};  // any bytes
+  const std::vector<uint8_t> reply = {0x90, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77};
+  Sqe send_seen{}, recv_seen{};
+  std::vector<uint8_t> data_seen(msg.size());
+  FakeController fake([&](int fd) {
+    answer_icreq(fd);
+    answer_connect_with(fd, fabric::kAuthReqAtr | 1);
+    // AuthSend: the message in the capsule.
+    CapsuleCmd c;
+    REQUIRE(read_exact(fd, &c, sizeof c));
+    send_seen = c.sqe;
+    REQUIRE(read_exact(fd, data_seen.data(), data_seen.size()));
+    Cqe cqe{};
+    cqe.cid = c.sqe.cid;
+    CapsuleResp r;
+    fill_capsule_resp(r, cqe, Negotiated{});
+    write_all(fd, &r, sizeof r);
+    // AuthReceive: the answer in two C2HData PDUs, the last one standing for the response.
+    REQUIRE(read_exact(fd, &c, sizeof c));
+    recv_seen = c.sqe;
+    for (uint32_t off = 0; off < reply.size(); off += 4) {
+      DataHeader dh;
+      fill_c2h_data(dh, c.sqe.cid, off, 4, off + 4 == reply.size(), off + 4 == reply.size(), Negotiated{});
+      write_all(fd, &dh, sizeof dh);
+      write_all(fd, reply.data() + off, 4);
+    }
+  });
+  auto reactor = Reactor::create().value();
+  QpConfig cfg = config(fake);
+  std::vector<uint8_t> got(reply.size());
+  fabric::PostConnect seen;
+  cfg.authenticate = [&](fabric::CommandChannel& ch, const fabric::PostConnect& ctx) {
+    seen = ctx;
+    if (auto ec = fabric::auth_send(ch, msg, ctx.deadline)) return ec;
+    return fabric::auth_receive(ch, got, ctx.deadline);
+  };
+  auto qp = tcp::QueuePair::connect(*reactor, cfg);
+  REQUIRE(qp);
+  CHECK((*qp)->state() == QpState::connecting);
+  CHECK(seen.qid == 1);
+  CHECK(seen.cntlid == 1);
+  CHECK(seen.response.auth_required);
+  CHECK(fabrics_type(send_seen) == fctype::kAuthenticationSend);
+  CHECK(send_seen.cdw10 == 0xe9010100u);
+  CHECK(send_seen.cdw11 == msg.size());
+  CHECK(sgl_id(send_seen) == sgl::kDataBlockOffset);
+  CHECK(data_seen == msg);
+  CHECK(fabrics_type(recv_seen) == fctype::kAuthenticationReceive);
+  CHECK(recv_seen.cdw11 == reply.size());
+  CHECK(sgl_id(recv_seen) == sgl::kTransportDataBlock);
+  CHECK(sgl_length(recv_seen) == reply.size());
+  CHECK(got == reply);
+  CHECK(send_seen.cid != recv_seen.cid);
+}
+
+TEST_CASE("C2HData beyond the authenticator's buffer fails the set-up with protocol_error") {
+  FakeController fake([](int fd) {
+    answer_icreq(fd);
+    answer_connect_with(fd, 1);
+    CapsuleCmd c;
+    REQUIRE(read_exact(fd, &c, sizeof c));
+    DataHeader dh;
+    uint8_t junk[16] = {};
+    fill_c2h_data(dh, c.sqe.cid, 0, sizeof junk, true, true, Negotiated{});
+    write_all(fd, &dh, sizeof dh);
+    write_all(fd, junk, sizeof junk);
+  });
+  auto reactor = Reactor::create().value();
+  QpConfig cfg = config(fake);
+  cfg.authenticate = [](fabric::CommandChannel& ch, const fabric::PostConnect& ctx) {
+    uint8_t small[8];
+    return fabric::auth_receive(ch, small, ctx.deadline);
+  };
+  auto qp = tcp::QueuePair::connect(*reactor, cfg);
+  REQUIRE_FALSE(qp);
+  CHECK(qp.error() == make_error_code(Errc::protocol_error));
+}

@@ -35,6 +35,7 @@ namespace {
 using nvmeof::IoRequest;
 using nvmeof::Reactor;
 namespace uring = nvmeof::uring;
+namespace fabric = nvmeof::fabric;
 
 struct FreeDeleter {
   void operator()(void* p) const noexcept { std::free(p); }
@@ -84,7 +85,7 @@ void stamp(uint8_t* p, uint64_t lba, uint32_t nlb, uint32_t lba_size, uint64_t s
 bool namespace_geometry(const std::string& ng, uint32_t nsid, uint32_t& lba_size, uint64_t& blocks) {
   auto admin = uring::AdminDevice::open(ctrl_of(ng));
   if (!admin) return false;
-  auto ns = admin->identify_namespace(nsid);
+  auto ns = fabric::identify_namespace(*admin, nsid);
   if (!ns || ns->block_size == 0 || ns->block_size > 4096) return false;
   lba_size = ns->block_size;
   blocks = ns->size_blocks;
@@ -185,7 +186,7 @@ int cmd_data(const std::vector<std::string>& devs) {
   }
   auto admin = uring::AdminDevice::open(ctrl_of(devs[0]));
   if (!admin) return fail("open admin device");
-  auto ns = admin->identify_namespace(paths[0].qp->nsid());
+  auto ns = fabric::identify_namespace(*admin, paths[0].qp->nsid());
   if (!ns) return fail("identify namespace");
   const uint32_t lba_size = ns->block_size;
   std::printf("namespace: %llu blocks of %u bytes\n",
@@ -237,7 +238,9 @@ int cmd_data(const std::vector<std::string>& devs) {
 int cmd_ana(const std::string& ctrl, const std::string& want) {
   auto admin = uring::AdminDevice::open(ctrl);
   if (!admin) return fail(("open " + ctrl).c_str());
-  auto log = admin->ana_log();
+  auto id = fabric::identify_controller(*admin);
+  if (!id) return fail("Identify Controller");
+  auto log = fabric::ana_log(*admin, id->nn);
   if (!log) {
     std::fprintf(stderr, "ana log on %s: %s\n", ctrl.c_str(), log.error().message().c_str());
     return 1;

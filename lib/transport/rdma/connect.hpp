@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "fabric/connect.hpp"
 #include "reactor/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 #include "nvmeof/status.hpp"
@@ -27,7 +28,7 @@ inline constexpr uint32_t kMaxQueueDepth = 1024;
 inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
 /// A keyed SGL data block describes at most 2^24 - 1 bytes.
 inline constexpr uint32_t kMaxKeyedLength = (1u << 24) - 1;
-inline constexpr uint16_t kAdminCntlid = 0xffff;
+inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
 
 struct QpConfig {
   std::string traddr = "10.10.10.1";
@@ -47,6 +48,9 @@ struct QpConfig {
   /// max_transfer). 0: depth x 128 KiB, capped at 64 MiB.
   uint32_t pool_bytes = 0;
   std::chrono::milliseconds connect_timeout{3000};
+  /// The post-connect step (in-band authentication) on this queue, within connect_timeout; see
+  /// fabric/connect.hpp. Empty: none, and a controller that requires authentication is refused.
+  fabric::Authenticator authenticate;
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
 };

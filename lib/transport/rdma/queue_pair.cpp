@@ -130,10 +130,20 @@ Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
     qp->free_top_ = 0;
     for (uint32_t i = qp->depth_; i-- > 0;) qp->free_[qp->free_top_++] = static_cast<uint16_t>(i);
   }
-  auto cntlid = qp->fabrics_connect(deadline);
-  if (!cntlid) return give_up(cntlid.error());
+  // Fabrics Connect and the post-connect step, their completions reaped here (not started yet).
+  struct Channel final : fabric::CommandChannel {
+    explicit Channel(QueuePair& q) : qp(q) {}
+    Result<Cqe> execute(const Sqe& cmd, std::span<const uint8_t> out, std::span<uint8_t> in,
+                        fabric::Clock::time_point until) override {
+      return qp.execute_setup(cmd, out, in, until);
+    }
+    QueuePair& qp;
+  } channel(*qp);
+  const fabric::ConnectParams params{cfg.qid, qp->depth_, cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
+  auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
+  if (!rsp) return give_up(rsp.error());
   Connected out;
-  out.cntlid = *cntlid;
+  out.cntlid = rsp.value().cntlid;
   out.label = label;
   out.qp = std::move(qp);
   return out;
@@ -512,21 +522,22 @@ void QueuePair::on_cm_event() noexcept {
   }
 }
 
-Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) {
-  nvmf_connect_data data{};
-  static_assert(sizeof data == 1024);
-  std::memcpy(data.hostid, cfg_.hostid.data(), sizeof data.hostid);
-  data.cntlid = cfg_.cntlid;
-  std::strncpy(data.subsysnqn, cfg_.subnqn.c_str(), sizeof data.subsysnqn - 1);
-  std::strncpy(data.hostnqn, cfg_.hostnqn.c_str(), sizeof data.hostnqn - 1);
+Result<Cqe> QueuePair::execute_setup(const Sqe& cmd, std::span<const uint8_t> out,
+                                     std::span<uint8_t> in, detail::Clock::time_point deadline) {
+  const char* what = fabrics_type(cmd) == fctype::kConnect ? "Connect" : "set-up command";
+  if (!out.empty() && !in.empty()) {
+    nvmeof::detail::log_warning("nvmeof: %s: a %s with data in both directions\n", label_.c_str(), what);
+    return Errc::invalid_argument;
+  }
   struct Done {
     bool done = false;
     Cqe cqe{};
   } d;
   IoRequest req{};
-  prep_connect(req.cmd, cfg_.qid, static_cast<uint16_t>(depth_ - 1), cfg_.kato_ms);
-  req.data = &data;
-  req.data_len = sizeof data;
+  req.cmd = cmd;
+  // Data out is only read (copied into registered memory) by queue_command.
+  req.data = out.empty() ? static_cast<void*>(in.data()) : const_cast<uint8_t*>(out.data());
+  req.data_len = static_cast<uint32_t>(out.empty() ? in.size() : out.size());
   req.user = &d;
   req.on_complete = [](IoRequest& r, const Cqe& c) noexcept {
     auto* dd = static_cast<Done*>(r.user);
@@ -534,7 +545,7 @@ Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) 
     dd->done = true;
   };
   if (const int rc = queue_command(req); rc != 0) {
-    nvmeof::detail::log_warning("nvmeof: %s: cannot queue Connect: %s\n", label_.c_str(), std::strerror(-rc));
+    nvmeof::detail::log_warning("nvmeof: %s: cannot queue %s: %s\n", label_.c_str(), what, std::strerror(-rc));
     return errno_code(-rc);
   }
   post_sends();
@@ -542,21 +553,15 @@ Result<uint16_t> QueuePair::fabrics_connect(detail::Clock::time_point deadline) 
     if (reap() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (!d.done) {
-    nvmeof::detail::log_warning("nvmeof: %s: timed out waiting for the Connect response\n", label_.c_str());
+    nvmeof::detail::log_warning("nvmeof: %s: timed out waiting for the %s response\n", label_.c_str(), what);
     teardown();  // completes `req` while it is still alive
     return Errc::timeout;
   }
-  const NvmeStatus st = d.cqe.status();
-  if (st == status::kHostPathError && state_ != QpState::connecting) {
-    nvmeof::detail::log_warning("nvmeof: %s: connection failed during Connect\n", label_.c_str());
+  if (d.cqe.status() == status::kHostPathError && state_ != QpState::connecting) {
+    nvmeof::detail::log_warning("nvmeof: %s: connection failed during %s\n", label_.c_str(), what);
     return error_ ? error_ : make_error_code(Errc::connection_reset);
   }
-  if (!st.is_success()) {
-    nvmeof::detail::log_warning("nvmeof: %s: Connect rejected: %s\n", label_.c_str(), to_string(st).c_str());
-    teardown();
-    return make_error_code(st);
-  }
-  return static_cast<uint16_t>(d.cqe.dw0 & 0xffff);
+  return d.cqe;
 }
 
 }  // namespace nvmeof::rdma

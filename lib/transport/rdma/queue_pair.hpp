@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/node_memory.hpp"
@@ -146,7 +147,9 @@ class QueuePair final : public nvmeof::QueuePair {
   void on_cq_event() noexcept;
   void on_cm_event() noexcept;
   void teardown() noexcept;
-  Result<uint16_t> fabrics_connect(detail::Clock::time_point deadline);
+  /// One command before start() (Fabrics Connect, authentication), its completion reaped here.
+  Result<Cqe> execute_setup(const Sqe& cmd, std::span<const uint8_t> out, std::span<uint8_t> in,
+                            detail::Clock::time_point deadline);
   bool drained() const noexcept { return posted_sends_ == 0 && posted_recvs_ == 0; }
   uint8_t* cmd_buf(uint32_t cid) const noexcept;
 

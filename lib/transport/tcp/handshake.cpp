@@ -11,11 +11,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/crc32c.hpp"
 #include "core/log.hpp"
+#include "fabric/connect.hpp"
 
 namespace nvmeof::tcp::detail {
 namespace {
@@ -110,10 +113,16 @@ int recv_exact(int fd, void* buf, size_t len, Clock::time_point deadline) {
   return 0;
 }
 
-// Collects exactly one PDU of the expected type through the shared receiver.
+// Collects exactly one PDU of the expected type through the shared receiver. Waiting for a
+// command's response (want == capsule_resp) with a buffer `in`, it also takes that command's
+// C2HData PDUs, in order, into `in`.
 struct OnePdu {
   PduType want = PduType::ic_resp;
+  uint16_t cid = 0;
+  std::span<uint8_t> in;
+  uint32_t received = 0;
   alignas(8) uint8_t hdr[kMaxHeaderLen + kMaxTermReqData]{};
+  PduType got_type = PduType::ic_resp;
   bool got = false;
   std::string why;
 
@@ -126,6 +135,21 @@ struct OnePdu {
       why = "controller sent C2HTermReq (FES " + std::to_string(fes) + ")";
       return Errc::peer_terminated;
     }
+    if (type == PduType::c2h_data && want == PduType::capsule_resp && !in.empty()) {
+      DataHeader dh;
+      std::memcpy(&dh, h, sizeof dh);
+      if (dh.cccid != cid) {
+        why = "C2HData names CID " + std::to_string(dh.cccid) + ", expected " + std::to_string(cid);
+        return Errc::protocol_error;
+      }
+      if (dh.datao != received || dh.datal > in.size() - received) {
+        why = "C2HData at offset " + std::to_string(dh.datao) + " length " + std::to_string(dh.datal) +
+              " outside the " + std::to_string(in.size()) + "-byte buffer or out of order";
+        return Errc::protocol_error;
+      }
+      dst = in.data() + dh.datao;
+      return Errc::ok;
+    }
     if (type != want) {
       why = std::string("expected ") + to_string(want) + ", got " + to_string(type);
       return Errc::protocol_error;
@@ -134,6 +158,8 @@ struct OnePdu {
   }
   Errc on_pdu(const uint8_t* h, const HeaderCheck& hc) noexcept {
     std::memcpy(hdr, h, hc.header_total);
+    got_type = static_cast<PduType>(h[0]);
+    if (got_type == PduType::c2h_data) received += hc.data_len;
     got = true;
     return Errc::ok;
   }
@@ -142,25 +168,28 @@ struct OnePdu {
 // Reads one PDU: the common header first, so that only this PDU's bytes leave the socket.
 std::error_code read_pdu(int fd, OnePdu& sink, const Negotiated& neg, Clock::time_point deadline,
                          const std::string& label) {
-  PduReader reader(Role::host, 4096);
+  const uint32_t max_data = std::max<uint32_t>(4096, static_cast<uint32_t>(sink.in.size()));
+  PduReader reader(Role::host, max_data);
   reader.set_negotiated(neg);
-  alignas(8) uint8_t buf[kMaxHeaderLen + kMaxTermReqData + 4096];
+  // Header, its digest, padding up to a 128-byte PDO, the data and its digest.
+  std::vector<uint8_t> buf(kMaxHeaderLen + kMaxTermReqData + 256 + max_data + kDigestLen);
   auto io_error = [&](int r) {
     if (r == -1) return logged(label, Errc::connection_closed, "connection closed by controller during set-up");
     if (r == ETIMEDOUT) return logged(label, Errc::timeout, "timed out waiting for " + std::string(to_string(sink.want)));
     const std::error_code ec = socket_error(r);
     return logged(label, ec, "set-up receive failed: " + ec.message());
   };
-  if (const int r = recv_exact(fd, buf, sizeof(CommonHeader), deadline)) return io_error(r);
+  sink.got = false;
+  if (const int r = recv_exact(fd, buf.data(), sizeof(CommonHeader), deadline)) return io_error(r);
   CommonHeader ch;
-  std::memcpy(&ch, buf, sizeof ch);
-  const HeaderCheck hc = check_common_header(ch, Role::host, neg, 4096);
+  std::memcpy(&ch, buf.data(), sizeof ch);
+  const HeaderCheck hc = check_common_header(ch, Role::host, neg, max_data);
   if (hc.err != Errc::ok)
     return logged(label, hc.err, make_error_code(hc.err).message() + ": " + hc.what);
-  if (ch.plen > sizeof buf) return logged(label, Errc::malformed_pdu, "malformed PDU: PLEN too large");
-  if (const int r = recv_exact(fd, buf + sizeof ch, ch.plen - sizeof ch, deadline)) return io_error(r);
+  if (ch.plen > buf.size()) return logged(label, Errc::malformed_pdu, "malformed PDU: PLEN too large");
+  if (const int r = recv_exact(fd, buf.data() + sizeof ch, ch.plen - sizeof ch, deadline)) return io_error(r);
   Errc err = Errc::ok;
-  reader.consume(buf, ch.plen, sink, err);
+  reader.consume(buf.data(), ch.plen, sink, err);
   if (err != Errc::ok) {
     const std::string why = sink.why.empty()
                                 ? make_error_code(err).message() + ": " + reader.last_check().what
@@ -170,6 +199,82 @@ std::error_code read_pdu(int fd, OnePdu& sink, const Negotiated& neg, Clock::tim
   if (!sink.got) return logged(label, Errc::malformed_pdu, "malformed PDU: incomplete");
   return {};
 }
+
+std::error_code send_error(const std::string& label, int w, const char* what) {
+  return logged(label, w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w),
+                std::string("sending ") + what + ": " + std::strerror(w));
+}
+
+// The set-up socket as the fabric layer's command channel: one capsule at a time, data out in
+// the capsule (no R2T during set-up), data in by C2HData.
+class SetupChannel final : public fabric::CommandChannel {
+ public:
+  SetupChannel(int fd, bool hd, bool dd, uint8_t cpda, uint32_t in_capsule_max, const std::string& label)
+      : fd_(fd), hd_(hd), dd_(dd), cpda_(cpda), icd_max_(in_capsule_max), label_(label) {}
+
+  Result<Cqe> execute(const Sqe& cmd, std::span<const uint8_t> out, std::span<uint8_t> in,
+                      Clock::time_point deadline) override {
+    if (!out.empty() && !in.empty())
+      return logged(label_, Errc::invalid_argument, "a set-up command with data in both directions");
+    if (out.size() > icd_max_)
+      return logged(label_, Errc::invalid_argument,
+                    "set-up command data of " + std::to_string(out.size()) + " bytes exceeds the " +
+                        std::to_string(icd_max_) + "-byte in-capsule limit");
+    Sqe sqe = cmd;
+    sqe.cid = next_cid_++;
+    const auto len = static_cast<uint32_t>(out.empty() ? in.size() : out.size());
+    set_sgl(sqe, out.empty() ? sgl::kTransportDataBlock : sgl::kDataBlockOffset, 0, len);
+    CapsuleCmd cap;
+    fill_capsule_cmd(cap, sqe, static_cast<uint32_t>(out.size()), Negotiated{hd_, dd_, cpda_});
+    std::vector<uint8_t> pdu(cap.ch.plen, 0);
+    std::memcpy(pdu.data(), &cap, sizeof cap);
+    if (hd_) {
+      const uint32_t c = header_digest(&cap, sizeof cap);
+      std::memcpy(pdu.data() + sizeof cap, &c, sizeof c);
+    }
+    if (!out.empty()) {
+      std::memcpy(pdu.data() + cap.ch.pdo, out.data(), out.size());
+      if (dd_) {
+        const uint32_t c = nvmeof::detail::crc32c(out.data(), out.size());
+        std::memcpy(pdu.data() + cap.ch.pdo + out.size(), &c, sizeof c);
+      }
+    }
+    const bool connect = fabrics_type(cmd) == fctype::kConnect;
+    if (const int w = send_all(fd_, pdu.data(), pdu.size(), deadline))
+      return send_error(label_, w, connect ? "Connect" : "a set-up command");
+    OnePdu rsp;
+    rsp.want = PduType::capsule_resp;
+    rsp.cid = sqe.cid;
+    rsp.in = in;
+    for (;;) {
+      if (auto ec = read_pdu(fd_, rsp, Negotiated{hd_, dd_, 0}, deadline, label_)) return ec;
+      if (rsp.got_type == PduType::capsule_resp) break;
+      DataHeader dh;
+      std::memcpy(&dh, rsp.hdr, sizeof dh);
+      if (dh.ch.flags & pdu_flag::kSuccess) {  // the last C2HData stands for the response
+        Cqe cqe{};
+        cqe.cid = sqe.cid;
+        return cqe;
+      }
+    }
+    CapsuleResp cr;
+    std::memcpy(&cr, rsp.hdr, sizeof cr);
+    if (cr.cqe.cid != sqe.cid)
+      return logged(label_, Errc::protocol_error,
+                    std::string(connect ? "Connect" : "set-up") + " response names CID " +
+                        std::to_string(cr.cqe.cid) + ", expected " + std::to_string(sqe.cid));
+    return cr.cqe;
+  }
+
+ private:
+  int fd_;
+  bool hd_;
+  bool dd_;
+  uint8_t cpda_;
+  uint32_t icd_max_;
+  const std::string& label_;
+  uint16_t next_cid_ = 0;
+};
 
 }  // namespace
 
@@ -262,45 +367,14 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
   out.session.cpda = resp.cpda;
   out.session.maxh2cdata = resp.maxh2cdata;
 
-  // Fabrics Connect with its 1024-byte data in the capsule.
-  nvmf_connect_data data{};
-  static_assert(sizeof data == 1024);
-  std::memcpy(data.hostid, cfg.hostid.data(), sizeof data.hostid);
-  data.cntlid = cfg.cntlid;
-  std::strncpy(data.subsysnqn, cfg.subnqn.c_str(), sizeof data.subsysnqn - 1);
-  std::strncpy(data.hostnqn, cfg.hostnqn.c_str(), sizeof data.hostnqn - 1);
-  Sqe sqe;
-  prep_connect(sqe, cfg.qid, static_cast<uint16_t>(cfg.depth - 1), cfg.kato_ms);
-  sqe.cid = 0;
-  set_sgl(sqe, sgl::kDataBlockOffset, 0, sizeof data);
-  const Negotiated send_neg{hd, dd, resp.cpda};
-  CapsuleCmd cap;
-  fill_capsule_cmd(cap, sqe, sizeof data, send_neg);
-  std::vector<uint8_t> pdu(cap.ch.plen, 0);
-  std::memcpy(pdu.data(), &cap, sizeof cap);
-  if (hd) {
-    const uint32_t c = header_digest(&cap, sizeof cap);
-    std::memcpy(pdu.data() + sizeof cap, &c, sizeof c);
-  }
-  std::memcpy(pdu.data() + cap.ch.pdo, &data, sizeof data);
-  if (dd) {
-    const uint32_t c = nvmeof::detail::crc32c(&data, sizeof data);
-    std::memcpy(pdu.data() + cap.ch.pdo + sizeof data, &c, sizeof c);
-  }
-  if (const int w = send_all(fd.get(), pdu.data(), pdu.size(), deadline))
-    return logged(label, w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w),
-                  std::string("sending Connect: ") + std::strerror(w));
-  OnePdu rsp;
-  rsp.want = PduType::capsule_resp;
-  if (auto ec = read_pdu(fd.get(), rsp, Negotiated{hd, dd, 0}, deadline, label)) return ec;
-  CapsuleResp cr;
-  std::memcpy(&cr, rsp.hdr, sizeof cr);
-  if (cr.cqe.cid != 0)
-    return logged(label, Errc::protocol_error, "Connect response names CID " + std::to_string(cr.cqe.cid));
-  const NvmeStatus st = cr.cqe.status();
-  if (!st.is_success())
-    return logged(label, make_error_code(st), "Connect rejected: " + to_string(st));
-  out.session.cntlid = static_cast<uint16_t>(cr.cqe.dw0 & 0xffff);
+  // Fabrics Connect (its 1024-byte data in the capsule), then the post-connect step.
+  const uint32_t icd = cfg.qid == 0 && cfg.in_capsule_data == 0 ? kAdminInCapsuleData : cfg.in_capsule_data;
+  SetupChannel channel(fd.get(), hd, dd, resp.cpda,
+                       std::max<uint32_t>(icd, static_cast<uint32_t>(fabric::kConnectDataLen)), label);
+  const fabric::ConnectParams params{cfg.qid, cfg.depth, cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
+  auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
+  if (!rsp) return rsp.error();
+  out.session.cntlid = rsp.value().cntlid;
   out.fd = fd.release();
   return out;
 }

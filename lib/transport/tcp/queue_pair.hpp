@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/node_memory.hpp"
+#include "fabric/connect.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"
 #include "reactor/reactor.hpp"
@@ -35,7 +36,7 @@ inline constexpr uint32_t kMaxQueueDepth = 1024;
 inline constexpr uint32_t kAdminInCapsuleData = 8192;
 /// Transfer cap when the controller reports no MDTS.
 inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
-inline constexpr uint16_t kAdminCntlid = 0xffff;
+inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
 
 struct QpConfig {
   std::string traddr = "127.0.0.1";
@@ -55,6 +56,9 @@ struct QpConfig {
   uint32_t max_transfer = 0;  ///< MDTS in bytes; 0 means kDefaultMaxTransfer
   uint32_t recv_buffer = 256u << 10;  ///< staging buffer for the socket's receives
   std::chrono::milliseconds connect_timeout{3000};
+  /// The post-connect step (in-band authentication) on this queue, within connect_timeout; see
+  /// fabric/connect.hpp. Empty: none, and a controller that requires authentication is refused.
+  fabric::Authenticator authenticate;
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
 };

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "fabric/admin.hpp"
 #include "nvmeof/command.hpp"
-#include "nvmeof/identify.hpp"
 #include "nvmeof/status.hpp"
 
 namespace nvmeof::uring {
@@ -28,18 +28,22 @@ namespace nvmeof::uring {
 int run_admin_uring(int fd, const Sqe& cmd, void* data, uint32_t len, uint32_t timeout_ms,
                     uint32_t& dw0) noexcept;
 
-/// An open /dev/nvmeX. Move-only; closes the descriptor when destroyed.
-class AdminDevice {
+/// An open /dev/nvmeX. Move-only; closes the descriptor when destroyed. As a
+/// fabric::AdminChannel it takes the shared admin readers (fabric/admin.hpp: Identify, ANA log).
+class AdminDevice final : public fabric::AdminChannel {
  public:
   /// Opens `path` (e.g. "/dev/nvme0") read-only. Errors: errno codes from open (ENOENT,
   /// EACCES).
   static Result<AdminDevice> open(const std::string& path);
 
-  AdminDevice(AdminDevice&& o) noexcept : fd_(o.fd_), mechanism_(o.mechanism_) { o.fd_ = -1; }
+  AdminDevice(AdminDevice&& o) noexcept
+      : fabric::AdminChannel(o), fd_(o.fd_), max_transfer_(o.max_transfer_), mechanism_(o.mechanism_) {
+    o.fd_ = -1;
+  }
   AdminDevice& operator=(AdminDevice&& o) noexcept;
   AdminDevice(const AdminDevice&) = delete;
   AdminDevice& operator=(const AdminDevice&) = delete;
-  ~AdminDevice();
+  ~AdminDevice() override;
 
   /// Runs `cmd` (opcode, nsid, CDW2-3, CDW10-15 taken as is) moving `len` bytes to or from
   /// `data` (direction from the opcode). Blocks until the command completes; the kernel's
@@ -53,19 +57,21 @@ class AdminDevice {
   /// How the last command went: "io_uring" (NVME_URING_CMD_ADMIN), "ioctl", or "none".
   const char* mechanism() const noexcept { return mechanism_; }
 
-  /// Identify Controller, parsed. Errors: those of run(), and of parse_identify_controller().
-  Result<ControllerInfo> identify_controller() const;
-  /// Identify Namespace `nsid`, parsed. Errors: those of run() and parse_identify_namespace().
-  Result<NamespaceInfo> identify_namespace(uint32_t nsid) const;
-  /// The ANA log page (0x0C) with NSID lists, up to `max_bytes` of it, parsed. Errors: those of
-  /// run(), short_data when the page is longer than `max_bytes` says it may be.
-  Result<AnaLog> ana_log(uint32_t max_bytes = 16384) const;
+  /// fabric::AdminChannel: run() with the kernel's admin timeout.
+  Result<uint32_t> admin_command(const Sqe& cmd, void* data, uint32_t len) override {
+    return run(cmd, data, len);
+  }
+  /// Log pages are read in pieces of this size (MDTS once known: set_max_transfer()).
+  uint32_t admin_max_transfer() const noexcept override { return max_transfer_; }
+  void set_max_transfer(uint32_t bytes) noexcept { max_transfer_ = bytes ? bytes : kDefaultAdminTransfer; }
+  static constexpr uint32_t kDefaultAdminTransfer = 128u << 10;
 
   int fd() const noexcept { return fd_; }
 
  private:
   explicit AdminDevice(int fd) noexcept : fd_(fd) {}
   int fd_ = -1;
+  uint32_t max_transfer_ = kDefaultAdminTransfer;
   mutable const char* mechanism_ = "none";
 };
 

@@ -1,0 +1,115 @@
+#include "fabric/connect.hpp"
+
+#include <nvme/types.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/log.hpp"
+
+namespace nvmeof::fabric {
+namespace {
+
+std::error_code logged(std::string_view label, std::error_code ec, const std::string& why) {
+  nvmeof::detail::log_warning("nvmeof: %.*s: %s\n", static_cast<int>(label.size()), label.data(),
+                              why.c_str());
+  return ec;
+}
+
+uint32_t auth_cdw10(uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
+  return (static_cast<uint32_t>(secp) << 24) | (static_cast<uint32_t>(spsp1) << 16) |
+         (static_cast<uint32_t>(spsp0) << 8);
+}
+
+std::error_code status_error(const Result<Cqe>& r) {
+  if (!r) return r.error();
+  const NvmeStatus st = r.value().status();
+  return st.is_success() ? std::error_code{} : make_error_code(st);
+}
+
+}  // namespace
+
+std::error_code build_connect(const ConnectParams& p, Sqe& cmd,
+                              std::array<uint8_t, kConnectDataLen>& data) {
+  if (p.depth < 1 || p.depth > 65536 || p.subnqn.empty() || p.subnqn.size() > kNqnMaxLen ||
+      p.hostnqn.size() > kNqnMaxLen)
+    return make_error_code(Errc::invalid_argument);
+  nvmf_connect_data d{};
+  static_assert(sizeof d == kConnectDataLen);
+  std::memcpy(d.hostid, p.hostid.data(), sizeof d.hostid);
+  d.cntlid = p.cntlid;
+  std::memcpy(d.subsysnqn, p.subnqn.data(), p.subnqn.size());
+  std::memcpy(d.hostnqn, p.hostnqn.data(), p.hostnqn.size());
+  std::memcpy(data.data(), &d, sizeof d);
+  prep_connect(cmd, p.qid, static_cast<uint16_t>(p.depth - 1), p.kato_ms);
+  return {};
+}
+
+Result<ConnectResponse> parse_connect_response(const Cqe& cqe) {
+  const NvmeStatus st = cqe.status();
+  if (!st.is_success()) return make_error_code(st);
+  ConnectResponse r;
+  r.dw0 = cqe.dw0;
+  r.cntlid = static_cast<uint16_t>(cqe.dw0 & 0xffff);
+  r.auth_required = (cqe.dw0 & kAuthReqAtr) != 0;
+  r.secure_channel_required = (cqe.dw0 & kAuthReqAscr) != 0;
+  return r;
+}
+
+std::error_code post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth) {
+  if (auth) return auth(ch, ctx);
+  if (ctx.response.auth_required || ctx.response.secure_channel_required)
+    return make_error_code(Errc::authentication_required);
+  return {};
+}
+
+void prep_auth_send(Sqe& c, uint32_t tl, uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
+  prep_fabrics(c, fctype::kAuthenticationSend);
+  c.cdw10 = auth_cdw10(secp, spsp0, spsp1);
+  c.cdw11 = tl;
+}
+
+void prep_auth_receive(Sqe& c, uint32_t al, uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
+  prep_fabrics(c, fctype::kAuthenticationReceive);
+  c.cdw10 = auth_cdw10(secp, spsp0, spsp1);
+  c.cdw11 = al;
+}
+
+std::error_code auth_send(CommandChannel& ch, std::span<const uint8_t> msg,
+                          Clock::time_point deadline) {
+  if (msg.empty()) return make_error_code(Errc::invalid_argument);
+  Sqe c;
+  prep_auth_send(c, static_cast<uint32_t>(msg.size()));
+  return status_error(ch.execute(c, msg, {}, deadline));
+}
+
+std::error_code auth_receive(CommandChannel& ch, std::span<uint8_t> buf,
+                             Clock::time_point deadline) {
+  if (buf.empty()) return make_error_code(Errc::invalid_argument);
+  Sqe c;
+  prep_auth_receive(c, static_cast<uint32_t>(buf.size()));
+  return status_error(ch.execute(c, {}, buf, deadline));
+}
+
+Result<ConnectResponse> connect_queue(CommandChannel& ch, const ConnectParams& p,
+                                      const Authenticator& auth, Clock::time_point deadline,
+                                      std::string_view label) {
+  Sqe cmd;
+  std::array<uint8_t, kConnectDataLen> data;
+  if (auto ec = build_connect(p, cmd, data))
+    return logged(label, ec, "invalid Connect: queue depth " + std::to_string(p.depth) +
+                                 ", or an NQN empty or longer than 223 bytes");
+  auto cqe = ch.execute(cmd, data, {}, deadline);
+  if (!cqe) return cqe.error();  // the channel logged why
+  auto rsp = parse_connect_response(cqe.value());
+  if (!rsp) return logged(label, rsp.error(), "Connect rejected: " + to_string(cqe.value().status()));
+  const PostConnect ctx{p.hostnqn, p.subnqn, p.qid, rsp.value().cntlid, rsp.value(), deadline, label};
+  if (auto ec = post_connect(ch, ctx, auth)) {
+    if (ec == make_error_code(Errc::authentication_required))
+      return logged(label, ec, "the controller requires authentication (DH-HMAC-CHAP) but no key is configured");
+    return logged(label, ec, "authentication failed: " + ec.message());
+  }
+  return rsp;
+}
+
+}  // namespace nvmeof::fabric
