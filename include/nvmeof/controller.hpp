@@ -62,6 +62,15 @@ struct ConnectOptions {
   uint32_t kato_ms = kKatoShortest;
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds admin_timeout{3000};
+  /// DH-HMAC-CHAP (in-band authentication after Fabrics Connect, on the admin queue and every
+  /// I/O queue, again on every reconnect): the host's secret in the interchange form
+  /// `nvme gen-dhchap-key` prints (`DHHC-1:0X:<base64>:`), or `@PATH` of a file holding one.
+  /// Empty: the host does not authenticate (a controller that requires it refuses the queue
+  /// with Errc::authentication_required).
+  std::string dhchap_secret;
+  /// The controller's secret (same forms): set, the host also authenticates the controller
+  /// (bidirectional). Needs dhchap_secret.
+  std::string dhchap_ctrl_secret;
 };
 
 /// The control-plane thread: one Boost.Asio io_context that owns every admin queue, sends

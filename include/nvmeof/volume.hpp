@@ -156,6 +156,10 @@ struct PathStats {
   uint64_t hedge_wins = 0;
   uint64_t failovers = 0;    ///< times this path failed
   uint64_t reconnects = 0;
+  /// (Re)connect attempts that failed (retried with backoff), and why the last one did, e.g.
+  /// "authentication failed" for a wrong DH-HMAC-CHAP key; empty while none failed.
+  uint64_t connect_failures = 0;
+  std::string last_connect_error;
   uint16_t cqt_ms = 0;
   // -- observability (issue 12): what nvmeof-paths and the metrics show per path --
   std::string transport;     ///< "tcp", "rdma", "passthrough"

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "control/control_plane.hpp"
+#include "auth/dhchap.hpp"
 #include "control/controller_access.hpp"
 #include "core/node_memory.hpp"
 #include "fabric/admin.hpp"
@@ -82,6 +83,7 @@ struct PairParams {
   uint32_t max_transfer = 0;
   uint32_t recv_buffer = 256u << 10;  // TCP only
   std::function<void()> on_destroy;
+  fabric::Authenticator authenticate;  // DH-HMAC-CHAP after Connect, when the options have a key
 };
 
 // A connected pair before start(), whatever its transport.
@@ -91,6 +93,57 @@ struct NewPair {
   uint16_t cntlid = 0;
   std::string label;
 };
+
+// A DH-HMAC-CHAP secret from ConnectOptions: the interchange form, or "@PATH" of a file.
+Result<auth::Secret> load_secret(const std::string& text, const char* what) {
+  std::string why;
+  auto s = text.starts_with('@') ? auth::read_secret_file(text.substr(1), &why)
+                                 : auth::parse_secret(text, &why);
+  if (!s) nvmeof::detail::log_warning("nvmeof: %s: %s\n", what, why.empty() ? s.error().message().c_str() : why.c_str());
+  return s;
+}
+
+// The post-connect step of every queue of a controller whose options carry a DH-HMAC-CHAP
+// secret: the host's transaction over Authentication Send/Receive on that very queue.
+Result<fabric::Authenticator> make_authenticator(const ConnectOptions& o) {
+  if (o.dhchap_secret.empty()) {
+    if (!o.dhchap_ctrl_secret.empty()) {
+      nvmeof::detail::log_warning("nvmeof: dhchap_ctrl_secret needs dhchap_secret\n");
+      return Errc::invalid_argument;
+    }
+    return fabric::Authenticator{};
+  }
+  auto host = load_secret(o.dhchap_secret, "dhchap_secret");
+  if (!host) return Errc::invalid_argument;
+  std::optional<auth::Secret> ctrl;
+  if (!o.dhchap_ctrl_secret.empty()) {
+    auto c = load_secret(o.dhchap_ctrl_secret, "dhchap_ctrl_secret");
+    if (!c) return Errc::invalid_argument;
+    ctrl = std::move(*c);
+  }
+  auto tid = std::make_shared<std::atomic<uint16_t>>(0);
+  return fabric::Authenticator(
+      [host = std::move(*host), ctrl = std::move(ctrl), tid](
+          fabric::CommandChannel& ch, const fabric::PostConnect& ctx) -> std::error_code {
+        auth::HostAuthConfig cfg;
+        cfg.hostnqn = std::string(ctx.hostnqn);
+        cfg.subnqn = std::string(ctx.subnqn);
+        cfg.host_secret = host;
+        cfg.ctrl_secret = ctrl;
+        cfg.tid = tid->fetch_add(1);
+        auto send = [&](std::span<const uint8_t> m) -> Result<void> {
+          if (auto ec = fabric::auth_send(ch, m, ctx.deadline)) return ec;
+          return {};
+        };
+        auto receive = [&](size_t max_len) -> Result<auth::Bytes> {
+          auth::Bytes buf(max_len);
+          if (auto ec = fabric::auth_receive(ch, buf, ctx.deadline)) return ec;
+          return buf;
+        };
+        auto r = auth::run_host_authentication(cfg, ctx.qid, ctx.cntlid, send, receive);
+        return r ? std::error_code{} : r.error();
+      });
+}
 
 // The fields every fabric's queue pair configuration shares.
 template <class Config>
@@ -108,6 +161,7 @@ void fill_fabric_config(Config& qc, const TransportAddress& addr, const ConnectO
   qc.max_transfer = p.max_transfer;
   qc.connect_timeout = o.connect_timeout;
   qc.on_destroy = std::move(p.on_destroy);
+  qc.authenticate = p.authenticate;
 }
 
 Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
@@ -208,6 +262,7 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminCha
   std::shared_ptr<QidPool> qids;
   std::atomic<bool> live{false};
   std::string label;
+  fabric::Authenticator authenticate;  // every queue's post-connect step (empty: none)
 
   std::unique_ptr<QueuePair> admin_qp;
   std::unordered_map<AdminOp*, std::shared_ptr<AdminOp>> ops;
@@ -475,6 +530,8 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   ConnectOptions opts = o;
   if (opts.hostid == std::array<uint8_t, 16>{}) opts.hostid = process_hostid();
   if (opts.hostnqn.empty()) opts.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:" + uuid_string(opts.hostid);
+  auto authenticator = make_authenticator(opts);
+  if (!authenticator) return authenticator.error();
 
   ControlPlane::Impl& cp = ControllerAccess::impl(plane);
   PairParams pp;
@@ -483,11 +540,13 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   pp.kato_ms = opts.kato_ms == kKatoShortest ? kProvisionalKatoMs : opts.kato_ms;
   pp.cntlid = tcp::kAdminCntlid;
   pp.recv_buffer = 64u << 10;
+  pp.authenticate = *authenticator;
   auto np = connect_pair(*cp.reactor, addr, opts, std::move(pp));
   if (!np) return np.error();
 
   auto impl = std::make_shared<Impl>(cp, addr, opts);
   impl->kato = pp.kato_ms;
+  impl->authenticate = std::move(*authenticator);
   impl->label = np->label;
   impl->cntlid = np->cntlid;
   cp.call([&] {
@@ -603,6 +662,7 @@ Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uin
   pp.in_capsule_data = impl_->info.in_capsule_data();
   pp.max_transfer = impl_->info.max_transfer;
   pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
+  pp.authenticate = impl_->authenticate;
   // The transports place a pair's memory on the creating thread's node.
   const int saved_node = detail::thread_memory_node();
   if (memory_node >= 0) detail::set_thread_memory_node(memory_node);

@@ -127,6 +127,11 @@ Result<void> VolumeImpl::open() {
     if (!r) {
       if (r.error() == make_error_code(Errc::namespace_mismatch)) return r.error();
       if (!first_error) first_error = r.error();
+      sp->connect_failures.fetch_add(1);
+      {
+        std::lock_guard lock(sp->error_mu);
+        sp->last_connect_error = r.error().message();
+      }
       nvmeof::detail::log_warning("nvmeof: path %s: %s (will retry)\n", sp->addr.to_string().c_str(),
                    r.error().message().c_str());
       continue;
@@ -374,6 +379,13 @@ void VolumeImpl::try_connect(int path) {
   const uint32_t next_gen = sp.generation.load() + 1;
   auto r = connect_path(sp, kReconnectTimeout);
   if (r) r = attach_all(path, next_gen, kAttachTimeout);
+  if (!r) {
+    // Kept for stats(): an authentication failure (or any other) of a path that keeps being
+    // retried, with the failover machine's backoff between attempts.
+    sp.connect_failures.fetch_add(1);
+    std::lock_guard lock(sp.error_mu);
+    sp.last_connect_error = r.error().message();
+  }
   boost::asio::post(ctx_, [this, path, ok = r.has_value(), facts = sp.facts] {
     if (!stopping_.load()) machine_->on_connect_done(path, ok, facts);
   });

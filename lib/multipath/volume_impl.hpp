@@ -66,6 +66,9 @@ struct SharedPath {
   uint64_t change_since_ns = 0;  // control thread: when the path entered ANA change, 0 if not in it
   std::atomic<uint64_t> failovers{0};
   std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> connect_failures{0};
+  mutable std::mutex error_mu;
+  std::string last_connect_error;  ///< guarded by error_mu: why the last (re)connect failed
 };
 
 class VolumeImpl;

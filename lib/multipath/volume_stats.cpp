@@ -76,6 +76,11 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
     ps.ana_group = sp.anagrpid.load();
     ps.failovers = sp.failovers.load();
     ps.reconnects = sp.reconnects.load();
+    ps.connect_failures = sp.connect_failures.load();
+    {
+      std::lock_guard lock(sp.error_mu);
+      ps.last_connect_error = sp.last_connect_error;
+    }
     ps.cqt_ms = sp.cqt_ms;
     ps.transport = sp.addr.transport == Transport::tcp    ? "tcp"
                    : sp.addr.transport == Transport::rdma ? "rdma"
@@ -138,7 +143,8 @@ std::string to_json(const VolumeStats& s) {
                                           {"mean", p.latency.mean_us}}},
                           {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
                           {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers},
-                          {"reconnects", p.reconnects}, {"cqt_ms", p.cqt_ms},
+                          {"reconnects", p.reconnects}, {"connect_failures", p.connect_failures},
+                          {"last_connect_error", p.last_connect_error}, {"cqt_ms", p.cqt_ms},
                           {"transport", p.transport}, {"traddr", p.traddr}, {"trsvcid", p.trsvcid},
                           {"numa_node", p.numa_node}, {"reads", p.reads}, {"writes", p.writes},
                           {"read_bytes", p.read_bytes}, {"write_bytes", p.write_bytes}});
