@@ -80,6 +80,15 @@ Sample sample(double at_s) {
   return {at_s, rss_kib(), (mi.uordblks + mi.hblkhd) / 1024, (mi.arena + mi.hblkhd) / 1024, open_fds(), load_1min()};
 }
 
+void dump_malloc_info(const std::string& path) {
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    ::malloc_info(0, f);
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "nvmeof-soak: cannot write %s\n", path.c_str());
+  }
+}
+
 double ms_of(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 bool usable(const PathStats& p) {
@@ -254,6 +263,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1, size_mib = 64;
   int fault_min_ms = 200, fault_max_ms = 2000;
   unsigned stall_ms = 50;
+  std::string malloc_info_path;
   app.add_option("--minutes", minutes, "how long the faults run")->check(CLI::Range(0.05, 1440.0));
   app.add_option("--paths", paths, "ports of the embedded target")->check(CLI::Range(2u, 8u));
   app.add_option("--iodepth", iodepth, "I/Os in flight")->check(CLI::Range(1u, 1024u));
@@ -267,6 +277,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(5, 60000));
   app.add_option("--stall-ms", stall_ms, "an I/O outside the all-down windows slower than this is a stall")
       ->check(CLI::Range(1u, 60000u));
+  app.add_option("--malloc-info", malloc_info_path,
+                 "write glibc's malloc_info (every arena's sizes and free chunks) after the warm-up and at the end "
+                 "to PATH.warm and PATH.end");
   CLI11_PARSE(app, argc, argv);
   if (bs % 4096 != 0) {
     std::fprintf(stderr, "nvmeof-soak: --bs must be a multiple of 4096\n");
@@ -338,12 +351,17 @@ int main(int argc, char** argv) {
       work.start(Phase::timed);
       work.mark_fault(t0);  // the longest completion gap over the whole run
       uint64_t next_sample = t0 + kSampleNs;
+      bool warm_dumped = false;
       for (uint64_t now = t0; now < end; now = monotonic_ns()) {
         chaos.tick(now);
         work.service();
         if (now >= next_sample) {
           samples.push_back(sample(static_cast<double>(now - t0) / 1e9));
           const Sample& s = samples.back();
+          if (!malloc_info_path.empty() && !warm_dumped && s.at_s >= std::min(300.0, minutes * 60.0 / 4)) {
+            dump_malloc_info(malloc_info_path + ".warm");
+            warm_dumped = true;
+          }
           if (samples.size() % 6 == 1)  // once a minute
             std::fprintf(stderr, "nvmeof-soak: %.0f s: RSS %llu KiB, heap %llu KiB, %u fds, load %.2f, %u I/Os active\n",
                          s.at_s, static_cast<unsigned long long>(s.rss_kib), static_cast<unsigned long long>(s.heap_kib),
@@ -376,6 +394,7 @@ int main(int argc, char** argv) {
       final_check = work.totals(Phase::final_check);
     }
     samples.push_back(sample(static_cast<double>(monotonic_ns() - t0) / 1e9));
+    if (!malloc_info_path.empty()) dump_malloc_info(malloc_info_path + ".end");
     windows = chaos.windows();
     window_total_ns = chaos.window_total_ns();
     window_longest_ns = chaos.window_longest_ns();
