@@ -295,6 +295,7 @@ void Lane::launch(VolumeIo& io) noexcept {
     a->issue_ns = 0;
     a->release_ns = 0;
     a->attempts = 0;
+    a->status_failures = 0;
     issue(*a);
   }
 }
@@ -453,7 +454,10 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   for (size_t p = 0; p < views_.size(); ++p)
     if (static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0)
       other = OtherPath::usable;
-  RetryDecision d = decide_retry(st, a.attempts, vol_.attempts_per_io(), other);
+  // Only the controller's own refusals count towards max_attempts: an I/O that has been moved
+  // by failovers (path errors, ANA) still gets its retries when it meets a retryable error.
+  if (st.sct() != Sct::path) ++a.status_failures;
+  RetryDecision d = decide_retry(st, a.status_failures, vol_.attempts_per_io(), other);
   // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
   if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > vol_.no_path_timeout_ns())
     d.action = RetryAction::fail;
@@ -597,6 +601,7 @@ bool Lane::hedge(Attempt& a) noexcept {
   h->event = -1;
   h->exclude = -1;
   h->attempts = 1;
+  h->status_failures = 0;
   h->release_ns = 0;
   auto& lp = *paths_[static_cast<size_t>(p)];
   fill_command(*h, p);

@@ -85,6 +85,9 @@ struct Attempt {
   uint64_t issue_ns = 0;
   uint64_t release_ns = 0;   // fence / CRD / no-path deadline, per list
   uint32_t attempts = 0;     // submissions made so far
+  // Failures with a controller status other than a path error: what max_attempts bounds (path
+  // trouble is bounded by no_path_timeout instead, so failovers do not use up the attempts).
+  uint32_t status_failures = 0;
   int event = -1;            // failover this piece was moved by
   int exclude = -1;          // path to avoid on the next issue
   // Hedging (a read past its deadline re-issued on another path). The primary reads into the

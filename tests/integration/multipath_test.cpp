@@ -36,7 +36,7 @@ struct Rig {
   // about detecting dead paths give a long one, so that a loaded machine cannot make a healthy
   // path miss it and turn the test into one about failover.
   explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
-               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}) {
+               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -64,6 +64,7 @@ struct Rig {
     vo.selector = sel;
     vo.io_deadline = deadline;
     vo.no_path_timeout = 10s;
+    vo.max_attempts = max_attempts;
     auto v = Volume::open(vo);
     REQUIRE(v);
     vol = std::move(*v);
@@ -496,6 +497,33 @@ TEST_CASE("retryable errors on two of three paths never reach the application", 
   CHECK(st.paths[0].errors + st.paths[1].errors > 0);  // the faulty paths were tried
   rig.target->fail_commands(0, std::nullopt);
   rig.target->fail_commands(1, std::nullopt);
+}
+
+// Found by the soak run with faults every 20-200 ms: the submissions a failover had made (each
+// move after a path error or an ANA refusal is one) counted towards max_attempts, so an I/O
+// moved often enough failed on the first retryable error after them. Path trouble is bounded by
+// no_path_timeout; max_attempts bounds only the controller's own refusals. Here, with
+// max_attempts 2: the write goes to path 0 (the only optimized one), which goes silent and is
+// failed (a path error: one submission), then to path 1 (first in round-robin order of the
+// non-optimized tier), which refuses it with a retryable Internal Error (the second): the retry
+// must still happen, on path 2.
+TEST_CASE("a failover does not use up the retries an I/O has for controller errors", "[multipath][fault]") {
+  Rig rig(3, SelectorKind::round_robin, 10, {AnaState::optimized, AnaState::non_optimized, AnaState::non_optimized},
+          200ms, 2);
+  rig.target->fail_commands(1, status::kInternalError);
+  rig.target->inject(0, FaultKind::blackhole);
+  std::vector<uint8_t> w(kBlock), r(kBlock, 0);
+  fill_block(w.data(), 77, 5);
+  const NvmeStatus st = run_io(*rig.vol, IoOp::write, w.data(), 77, 1);
+  const VolumeStats vs = rig.vol->stats();
+  INFO(to_text(vs));
+  CHECK(st.is_success());
+  CHECK(vs.paths[0].failovers >= 1);  // the path error came first
+  CHECK(vs.paths[1].errors >= 1);     // then the refusal
+  CHECK(vs.failed == 0);
+  rig.target->fail_commands(1, std::nullopt);
+  REQUIRE(run_io(*rig.vol, IoOp::read, r.data(), 77, 1).is_success());
+  CHECK(block_matches(r.data(), 77, 5));
 }
 
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {
