@@ -324,6 +324,7 @@ int main(int argc, char** argv) {
   bool drained = true;
   PhaseTotals prefill, timed, final_check;
   std::vector<Sample> samples;
+  Sample trimmed;  // the end, after malloc_trim()
   constexpr uint64_t kSampleNs = 10'000'000'000ull;
   uint64_t windows = 0, window_total_ns = 0, window_longest_ns = 0, recovery_longest_ns = 0;
   std::array<uint64_t, kChaosKinds> counts{};
@@ -340,6 +341,10 @@ int main(int argc, char** argv) {
               work.wait_idle(std::chrono::milliseconds(0));
     prefill = work.totals(Phase::prefill);
 
+    // What the allocator holds but does not use (free chunks in its arenas) is handed back before
+    // the first sample and measured again at the end: RSS that malloc_trim() returns is
+    // fragmentation, not memory in use.
+    ::malloc_trim(0);
     const uint64_t t0 = monotonic_ns();
     const uint64_t end = t0 + static_cast<uint64_t>(minutes * 60e9);
     samples.push_back(sample(0));
@@ -395,6 +400,8 @@ int main(int argc, char** argv) {
     }
     samples.push_back(sample(static_cast<double>(monotonic_ns() - t0) / 1e9));
     if (!malloc_info_path.empty()) dump_malloc_info(malloc_info_path + ".end");
+    ::malloc_trim(0);
+    trimmed = sample(samples.back().at_s);
     windows = chaos.windows();
     window_total_ns = chaos.window_total_ns();
     window_longest_ns = chaos.window_longest_ns();
@@ -496,6 +503,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(samples.front().arena_kib), static_cast<unsigned long long>(warm->heap_kib),
               static_cast<unsigned long long>(warm->arena_kib), static_cast<unsigned long long>(last.heap_kib),
               static_cast<unsigned long long>(last.arena_kib), per_min(warm->heap_kib, last.heap_kib));
+  std::printf("after malloc_trim at the end: RSS %llu KiB (%+lld against the start), heap held %llu KiB, in use %llu KiB\n",
+              static_cast<unsigned long long>(trimmed.rss_kib),
+              static_cast<long long>(trimmed.rss_kib) - static_cast<long long>(samples.front().rss_kib),
+              static_cast<unsigned long long>(trimmed.arena_kib), static_cast<unsigned long long>(trimmed.heap_kib));
   std::printf("descriptors: launch %u, start %u, after warm-up %u, end %u (min %u, max %u)\n", at_launch.fds,
               samples.front().fds, warm->fds, last.fds, fd_min, fd_max);
   // Once a minute: what the machine's load and the process looked like, and the stalls then.
