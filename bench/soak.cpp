@@ -520,7 +520,8 @@ int main(int argc, char** argv) {
   }
   std::printf("  %6.0f %6.2f %8llu %8llu %4u (end)\n", last.at_s, last.load,
               static_cast<unsigned long long>(last.rss_kib), static_cast<unsigned long long>(last.heap_kib), last.fds);
-  std::printf("failover timeline entries kept by the volume: %zu\n", st.timeline.size());
+  std::printf("failover timeline: %zu events kept by the volume, %llu older ones let go\n", st.timeline.size(),
+              static_cast<unsigned long long>(st.timeline_dropped));
   std::printf("paths:");
   for (const PathStats& p : st.paths)
     std::printf(" [%d ios %llu failovers %llu reconnects %llu hedges %llu]", p.index,

@@ -516,8 +516,9 @@ void Lane::stamp_event(int p, int event, bool success, IoOp op) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   int& stamped = success ? lp.stamped_success : lp.stamped_resubmit;
   std::lock_guard lock(vol_.timeline_mu_);
-  if (event >= static_cast<int>(vol_.timeline_.size())) return;
-  FailoverEvent& e = vol_.timeline_[static_cast<size_t>(event)];
+  FailoverEvent* found = vol_.event_at(event);
+  if (!found) return;
+  FailoverEvent& e = *found;
   if (!success) ++(mutates(op) ? e.writes_moved : e.reads_moved);  // every moved piece counts
   if (stamped == event) return;
   stamped = event;

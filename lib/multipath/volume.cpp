@@ -255,6 +255,21 @@ void VolumeImpl::watch_controller(int path) {
   });
 }
 
+int VolumeImpl::push_event(FailoverEvent e) {
+  timeline_.push_back(std::move(e));
+  while (timeline_.size() > std::max<size_t>(opts_.timeline_max, 1)) {
+    timeline_.pop_front();
+    ++timeline_dropped_;
+  }
+  return static_cast<int>(timeline_dropped_ + timeline_.size() - 1);
+}
+
+FailoverEvent* VolumeImpl::event_at(int number) noexcept {
+  if (number < 0 || static_cast<uint64_t>(number) < timeline_dropped_) return nullptr;
+  const uint64_t i = static_cast<uint64_t>(number) - timeline_dropped_;
+  return i < timeline_.size() ? &timeline_[i] : nullptr;
+}
+
 void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                                      uint64_t detect_ns) {
   auto& sp = *paths_[static_cast<size_t>(path)];
@@ -269,8 +284,7 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
       e.path = path;
       e.cause = cause;
       e.detect_ns = detect_ns;
-      timeline_.push_back(std::move(e));
-      sp.event.store(static_cast<int>(timeline_.size() - 1));
+      sp.event.store(push_event(std::move(e)));
     }
   }
   boost::asio::post(ctx_, [this, path, generation, cause = std::move(cause), loss, detect_ns] {
@@ -355,9 +369,8 @@ void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
   s.fenced_through.store(generation + 1, std::memory_order_release);
   s.state.store(PathState::fenced, std::memory_order_release);
   std::lock_guard lock(timeline_mu_);
-  const int e = s.event.load();
-  if (e >= 0) {
-    auto& ev = timeline_[static_cast<size_t>(e)];
+  if (FailoverEvent* found = event_at(s.event.load())) {
+    auto& ev = *found;
     ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     ev.fence_rule = to_string(rule);
   }
@@ -386,9 +399,8 @@ void VolumeImpl::publish_live(int path, uint32_t generation) {
   sp.reconnects.fetch_add(1);
   {
     std::lock_guard lock(timeline_mu_);
-    const int e = sp.event.load();
-    if (e >= 0) {
-      auto& ev = timeline_[static_cast<size_t>(e)];
+    if (FailoverEvent* found = event_at(sp.event.load())) {
+      auto& ev = *found;
       ev.reconnected_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     }
     sp.event.store(-1);
@@ -425,11 +437,10 @@ void VolumeImpl::refresh_ana_now() {
       e.cause = std::string("ana ") + to_string(g->state);
       e.detect_ns = now;
       e.fenced_us = 0;  // the controller answered: nothing is left running on the path
-      timeline_.push_back(std::move(e));
-      sp->event.store(static_cast<int>(timeline_.size() - 1));
+      sp->event.store(push_event(std::move(e)));
     } else if (ana_tier(g->state) >= 0 && sp->event.load() >= 0 && sp->state.load() == PathState::live) {
-      auto& ev = timeline_[static_cast<size_t>(sp->event.load())];
-      ev.reconnected_us = static_cast<int64_t>((now - ev.detect_ns) / 1000);
+      if (FailoverEvent* ev = event_at(sp->event.load()))
+        ev->reconnected_us = static_cast<int64_t>((now - ev->detect_ns) / 1000);
       sp->event.store(-1);
     }
   }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -317,7 +318,13 @@ class VolumeImpl : public FailoverEnv {
   uint64_t open_ns_ = 0;
 
   mutable std::mutex timeline_mu_;  // guards timeline_ (rare: once per failover per lane)
-  std::vector<FailoverEvent> timeline_;
+  std::deque<FailoverEvent> timeline_;  // the newest opts_.timeline_max events
+  uint64_t timeline_dropped_ = 0;       // events let go from its front
+  // Under timeline_mu_. Events are numbered from the volume's first (SharedPath::event, an
+  // attempt's event): push_event appends one (letting the oldest go past the cap) and returns its
+  // number; event_at finds one, nullptr once it has been let go.
+  int push_event(FailoverEvent e);
+  FailoverEvent* event_at(int number) noexcept;
 
   /// Volume::stats(): lane snapshots (posted to each lane) plus the shared counters. Any thread
   /// but a lane's.

@@ -36,7 +36,8 @@ struct Rig {
   // about detecting dead paths give a long one, so that a loaded machine cannot make a healthy
   // path miss it and turn the test into one about failover.
   explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
-               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16) {
+               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16,
+               size_t timeline_max = 1024) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -65,6 +66,7 @@ struct Rig {
     vo.io_deadline = deadline;
     vo.no_path_timeout = 10s;
     vo.max_attempts = max_attempts;
+    vo.timeline_max = timeline_max;
     auto v = Volume::open(vo);
     REQUIRE(v);
     vol = std::move(*v);
@@ -524,6 +526,39 @@ TEST_CASE("a failover does not use up the retries an I/O has for controller erro
   rig.target->fail_commands(1, std::nullopt);
   REQUIRE(run_io(*rig.vol, IoOp::read, r.data(), 77, 1).is_success());
   CHECK(block_matches(r.data(), 77, 5));
+}
+
+// The failover timeline is bounded (a flapping path must not grow it for the life of the
+// process): it keeps the newest timeline_max events, counts the others, and the events it keeps
+// are still the ones the volume stamps (their number is not their position any more).
+TEST_CASE("the failover timeline keeps the newest timeline_max events", "[multipath][fault]") {
+  Rig rig(2, SelectorKind::service_time, 10, {}, {}, 16, 2);
+  auto until = [&](const std::function<bool(const VolumeStats&)>& pred) {
+    for (int i = 0; i < 20000; ++i) {
+      if (pred(rig.vol->stats())) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
+  for (uint64_t k = 1; k <= 3; ++k) {
+    INFO("reset " << k);
+    rig.target->inject(0, FaultKind::reset);
+    REQUIRE(until([&](const VolumeStats& s) {
+      return s.paths[0].failovers >= k && s.paths[0].reconnects >= k && s.paths[0].state == PathState::live;
+    }));
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  REQUIRE(st.paths[0].failovers == 3);
+  CHECK(st.timeline.size() == 2);
+  CHECK(st.timeline_dropped == 1);
+  for (const FailoverEvent& e : st.timeline) {
+    CHECK(e.path == 0);
+    CHECK(e.reconnected_us >= 0);  // stamped through its number after the first was let go
+  }
+  CHECK(st.timeline[0].detect_ns < st.timeline[1].detect_ns);
+  std::vector<uint8_t> b(kBlock);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
 }
 
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {
