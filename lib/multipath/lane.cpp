@@ -709,7 +709,7 @@ void Lane::fail_path_here(int p, const std::string& cause) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   if (!lp.qp || lp.qp->state() != QpState::live) return;
   lp.teardown_ns = Reactor::clock_ns();
-  vol_.report_path_failure(p, lp.generation, cause, LossCause::local, lp.teardown_ns);
+  report_failure(p, cause, LossCause::local, lp.teardown_ns);
   lp.qp->close();  // on_queue_failed moves its commands to the orphans
 }
 
@@ -722,11 +722,23 @@ void Lane::on_queue_failed(QueuePair& qp, std::error_code why) noexcept {
     if (loss == LossCause::peer_closed) lp.peer_closed_ns = now;
     if (!lp.teardown_ns) {
       lp.teardown_ns = now;
-      vol_.report_path_failure(static_cast<int>(p), lp.generation, why.message(), loss, now);
+      report_failure(static_cast<int>(p), why.message(), loss, now);
     }
     orphan_inflight(lp);
     return;
   }
+}
+
+void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint64_t now) noexcept {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  if (vol_.report_path_failure(p, lp.generation, cause, loss, now)) return;
+  // Refused: this generation is not published yet (the queue pair failed between its attach and
+  // publish_live), or it is stale. turn() reports again once it is published; without that the
+  // path would go live on a dead queue pair and nothing would ever fail it again.
+  lp.unpublished_failure = true;
+  lp.unpublished_loss = loss;
+  lp.unpublished_ns = now;
+  lp.unpublished_cause = cause;
 }
 
 void Lane::close_path(int p, uint64_t) {
@@ -748,11 +760,14 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
   }
   lp.qp = std::move(*q);
   lp.generation = generation;
+  lp.unpublished_failure = false;
   lp.teardown_ns = 0;
   lp.peer_closed_ns = 0;
   lp.error_streak = 0;
   lp.last_completion_ns = 0;
   lp.last_completed_issue_ns = 0;
+  if (g_fail_after_attach_for_test && g_fail_after_attach_for_test(p, generation))
+    fail_path_here(p, "failed by the test before the path went live");
   return {};
 }
 
@@ -770,6 +785,19 @@ int Lane::turn() noexcept {
       graveyard_.pop_back();
     } else {
       ++i;
+    }
+  }
+  // A queue pair that failed before its generation was published: report it now that it is.
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    auto& lp = *paths_[p];
+    if (!lp.unpublished_failure) continue;
+    const uint32_t published = vol_.paths_[p]->generation.load(std::memory_order_acquire);
+    if (published == lp.generation) {
+      lp.unpublished_failure = false;
+      vol_.report_path_failure(static_cast<int>(p), lp.generation, lp.unpublished_cause, lp.unpublished_loss,
+                               lp.unpublished_ns);
+    } else if (static_cast<int32_t>(published - lp.generation) > 0) {
+      lp.unpublished_failure = false;  // a newer generation replaced it
     }
   }
   // Every command has a deadline (check_deadline: lost fails the path, silent hedges and

@@ -253,6 +253,11 @@ void VolumeImpl::watch_controller(int path) {
   sp.ctrl->on_failure([this, path, gen](std::error_code ec) {
     report_path_failure(path, gen, "admin queue: " + ec.message(), classify_loss(ec), Reactor::clock_ns());
   });
+  // An admin queue that failed before the callback was set (between the connect and now) told
+  // no one; report it here (a second report of the same generation is ignored).
+  if (!sp.ctrl->is_live())
+    report_path_failure(path, gen, "admin queue: failed before the path went live", LossCause::local,
+                        Reactor::clock_ns());
 }
 
 int VolumeImpl::push_event(FailoverEvent e) {
@@ -270,12 +275,12 @@ FailoverEvent* VolumeImpl::event_at(int number) noexcept {
   return i < timeline_.size() ? &timeline_[i] : nullptr;
 }
 
-void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+bool VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                                      uint64_t detect_ns) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   {
     std::lock_guard lock(timeline_mu_);
-    if (sp.generation.load() != generation) return;
+    if (sp.generation.load() != generation) return false;
     // The first report of a generation opens its failover; later ones (another lane, the admin
     // queue) only tell the machine more, e.g. that the controller closed on us.
     if (sp.reported_generation != generation && sp.state.load() == PathState::live) {
@@ -295,6 +300,7 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
     s.failovers.fetch_add(1);
     nvmeof::detail::log_warning("nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
   });
+  return true;
 }
 
 // ---- FailoverEnv: what the machine asks for, on the control thread ---------------------------

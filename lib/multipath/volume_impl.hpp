@@ -143,6 +143,12 @@ struct LanePath {
   // passes the deadline; any answer (the probe's or another command's) shows it alive.
   IoRequest probe;
   std::unique_ptr<uint8_t[]> probe_buf;
+  // A failure of this generation's queue pair reported before the generation was published
+  // (the report was refused): reported again once it is.
+  bool unpublished_failure = false;
+  LossCause unpublished_loss = LossCause::local;
+  uint64_t unpublished_ns = 0;
+  std::string unpublished_cause;
   bool probe_inflight = false;
   uint32_t probe_generation = 0;
   uint64_t probe_sent_ns = 0;
@@ -162,6 +168,11 @@ struct LanePath {
 /// millisecond), the per-path counters of LanePath (see there) and `stop_`/`ready_` (atomics).
 /// Other threads reach the lane only by post() (the reactor's MPSC function ring), which is how
 /// the control thread attaches and closes queue pairs; snapshot() posts and waits.
+/// Tests only: when set, called on the lane's thread right after attach_prepared() installed a
+/// path's new queue pair (before its generation is published); true fails that queue pair at
+/// once, as a connection lost in that window would.
+inline bool (*g_fail_after_attach_for_test)(int path, uint32_t generation) = nullptr;
+
 class Lane final : public QueuePairListener {
  public:
   Lane(VolumeImpl& vol, int index);
@@ -216,6 +227,8 @@ class Lane final : public QueuePairListener {
   void issue(Attempt& a) noexcept;
   void finish_piece(Attempt& a, NvmeStatus st) noexcept;
   void fail_path_here(int p, const std::string& cause) noexcept;
+  /// report_path_failure for this lane's generation of path p, kept for later when refused.
+  void report_failure(int p, const std::string& cause, LossCause loss, uint64_t now) noexcept;
   /// Deadline handling of path `p` (its oldest command is past the deadline).
   void check_deadline(int p, uint64_t now) noexcept;
   bool hedge(Attempt& a) noexcept;
@@ -285,7 +298,9 @@ class VolumeImpl : public FailoverEnv {
   void shutdown();
 
   // Control-thread events (any thread may call; they post to the control context).
-  void report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+  /// False when `generation` is not the published one: stale, or not yet published (a queue pair
+  /// that fails between its attach and publish_live; the lane reports again once it is).
+  bool report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                            uint64_t detect_ns);
   void request_ana_refresh();
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/verified_workload.hpp"
+#include "multipath/volume_impl.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -558,6 +559,41 @@ TEST_CASE("the failover timeline keeps the newest timeline_max events", "[multip
   }
   CHECK(st.timeline[0].detect_ns < st.timeline[1].detect_ns);
   std::vector<uint8_t> b(kBlock);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+}
+
+// Found by the 30-minute soak: after an all-paths-down window every path logged "reconnected"
+// and the volume never did I/O again. A new queue pair that fails between its attach and the
+// publication of its generation reported its failure for a generation not yet published, which
+// was dropped; the path then went live on a dead queue pair that nothing would fail again (the
+// lanes find it unusable, so no command could fail on it either). The lane now reports again
+// once the generation is published. Here the reconnect's queue pair is failed in that window.
+TEST_CASE("a queue pair lost before its reconnect is published fails the path again", "[multipath][fault]") {
+  static std::atomic<int> failed_attaches{0};
+  failed_attaches = 0;
+  struct Hook {
+    Hook() {
+      detail::g_fail_after_attach_for_test = [](int, uint32_t generation) {
+        return generation == 1 && failed_attaches.fetch_add(1) == 0;
+      };
+    }
+    ~Hook() { detail::g_fail_after_attach_for_test = nullptr; }
+  } hook;
+  Rig rig(1);
+  std::vector<uint8_t> b(kBlock);
+  REQUIRE(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+  rig.target->inject(0, FaultKind::reset);
+  bool back = false;
+  for (int i = 0; i < 20000 && !back; ++i) {
+    const VolumeStats st = rig.vol->stats();
+    back = st.paths[0].reconnects >= 2 && st.paths[0].state == PathState::live;
+    if (!back) std::this_thread::sleep_for(1ms);
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(failed_attaches.load() >= 1);
+  REQUIRE(back);
+  CHECK(st.paths[0].failovers >= 2);
   CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
 }
 
