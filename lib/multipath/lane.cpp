@@ -741,6 +741,19 @@ void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint6
   lp.unpublished_cause = cause;
 }
 
+void Lane::recheck_paths() noexcept {
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    auto& lp = *paths_[p];
+    const auto& sp = *vol_.paths_[p];
+    if (sp.state.load(std::memory_order_acquire) != PathState::live ||
+        sp.generation.load(std::memory_order_acquire) != lp.generation)
+      continue;
+    if (lp.qp && lp.qp->state() == QpState::live) continue;
+    report_failure(static_cast<int>(p), lp.qp ? "I/O queue failed while the volume opened" : "no I/O queue",
+                   LossCause::local, Reactor::clock_ns());
+  }
+}
+
 void Lane::close_path(int p, uint64_t) {
   auto& lp = *paths_[static_cast<size_t>(p)];
   if (!lp.qp || lp.qp->state() != QpState::live) return;

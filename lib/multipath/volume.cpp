@@ -155,11 +155,19 @@ Result<void> VolumeImpl::open() {
 
   for (auto& sp : paths_) {
     const bool live = sp->state.load() == PathState::live;
-    if (live) watch_controller(sp->index);
     boost::asio::post(ctx_, [this, i = sp->index, live, f = sp->facts] {
       if (live) machine_->opened(i, f);
       else machine_->unreachable_at_open(i);
     });
+    // After the machine hears of the path: a failure it reports now reaches a live path.
+    if (live) watch_controller(sp->index);
+  }
+  // A queue pair that failed (or never attached) while the volume opened reported it before the
+  // machine knew the path, which dropped it: each lane checks again, its reports now queued
+  // behind the machine's opened().
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    lane->post([lane] { lane->recheck_paths(); });
   }
   // Keep polling ANA while a path is in a state that should not last (change, inaccessible):
   // an event may be lost when two changes come faster than the AER is re-armed.

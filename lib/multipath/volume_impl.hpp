@@ -193,6 +193,9 @@ class Lane final : public QueuePairListener {
   /// Lane thread: starts a queue pair prepared off this thread for `path` and `generation`.
   Result<void> attach_prepared(int path, uint32_t generation, PreparedQueue& q);
   void close_path(int path, uint64_t now_ns);
+  /// Reports every live path of the current generation whose queue pair on this lane is missing
+  /// or dead (after open: failures reported before the failover machine knew the path).
+  void recheck_paths() noexcept;
   Reactor& reactor() noexcept { return *reactor_; }
 
   struct Snapshot {

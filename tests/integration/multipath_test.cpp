@@ -597,6 +597,37 @@ TEST_CASE("a queue pair lost before its reconnect is published fails the path ag
   CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
 }
 
+// The same at open: a queue pair lost while the volume opens (the failover machine does not
+// know the path yet and dropped the report) must still fail the path, which then comes back.
+TEST_CASE("a queue pair lost while the volume opens fails the path and it comes back", "[multipath][fault]") {
+  static std::atomic<int> failed_attaches{0};
+  failed_attaches = 0;
+  struct Hook {
+    Hook() {
+      detail::g_fail_after_attach_for_test = [](int, uint32_t generation) {
+        return generation == 0 && failed_attaches.fetch_add(1) == 0;
+      };
+    }
+    ~Hook() { detail::g_fail_after_attach_for_test = nullptr; }
+  } hook;
+  Rig rig(1);
+  // Left alone, the path would come back only once the target ends the association by itself
+  // (about 12 s here); the volume must fail it at once: 5 s is ten times what that takes on a
+  // loaded machine.
+  bool back = false;
+  for (int i = 0; i < 5000 && !back; ++i) {
+    const VolumeStats st = rig.vol->stats();
+    back = st.paths[0].reconnects >= 1 && st.paths[0].state == PathState::live;
+    if (!back) std::this_thread::sleep_for(1ms);
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(failed_attaches.load() == 1);
+  REQUIRE(back);
+  std::vector<uint8_t> b(kBlock);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+}
+
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {
   Rig rig(2);
   run_fault(rig, [&] {
