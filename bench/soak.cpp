@@ -328,8 +328,11 @@ int main(int argc, char** argv) {
   constexpr uint64_t kSampleNs = 10'000'000'000ull;
   uint64_t windows = 0, window_total_ns = 0, window_longest_ns = 0, recovery_longest_ns = 0;
   std::array<uint64_t, kChaosKinds> counts{};
+  // Outlives the volume: should a wait time out, I/O still in flight completes (with an error,
+  // when the volume closes) into a live Workload, which then no longer resubmits.
+  auto work_owner = std::make_unique<Workload>(v, cfg);
   {
-    Workload work(v, cfg);
+    Workload& work = *work_owner;
     work.set_stall_threshold(uint64_t{stall_ms} * 1'000'000ull);
     ChaosDriver chaos(**target, v, work, paths, seed, fault_min_ms, fault_max_ms);
     auto service = [&work] { work.service(); };
@@ -415,9 +418,11 @@ int main(int argc, char** argv) {
   // Closing waits for the pieces still in flight inside the library (bounded by no_path_timeout):
   // with everything completed it takes milliseconds; seconds mean a piece that never finished.
   std::fprintf(stderr, "nvmeof-soak: closing the volume\n");
+  work_owner->request_stop();
   const uint64_t close_t0 = monotonic_ns();
   vol->reset();
   const uint64_t close_ns = monotonic_ns() - close_t0;
+  work_owner.reset();
   const bool close_ok = close_ns < 2'000'000'000ull && outstanding == 0;
   (*target)->stop();
 
