@@ -88,7 +88,10 @@ struct VolumeOptions {
   bool use_ccr = true;
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{1000};
-  uint32_t max_attempts = 16;            ///< per I/O, across all paths
+  /// Per I/O, across all paths: how many times the controllers may refuse it with a retryable
+  /// status. The moves made by failovers (path errors, ANA refusals) do not count; no_path_timeout
+  /// bounds those.
+  uint32_t max_attempts = 16;
   /// The failover timeline (VolumeStats::timeline) keeps the newest this many events (at least
   /// one); older ones are let go and counted in VolumeStats::timeline_dropped.
   size_t timeline_max = 1024;
