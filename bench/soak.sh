@@ -2,7 +2,9 @@
 # The soak run: bench/nvmeof-soak (a verified randrw workload over three paths of the embedded
 # target) for MINUTES while random faults (reset, partition, ANA flips, slow, fail-status, all
 # paths down then back) hit random paths every 0.2-2 s. Prints errors, mismatches, the longest
-# read and write, RSS and descriptors at start and end; exits non-zero on errors or mismatches.
+# read inside and outside the all-paths-down windows, a latency histogram, RSS, heap and
+# descriptors over the run beside the load average; exits non-zero on errors, mismatches, or
+# I/O that never finished (every wait has a timeout that names what it waited for).
 # Not part of ./run test.
 #   bench/soak.sh MINUTES [build-dir] [nvmeof-soak flags...]     e.g. bench/soak.sh 30
 set -euo pipefail
@@ -14,10 +16,12 @@ cd "$here/.."
 ninja -C "$build" bench/nvmeof-soak >/dev/null
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# The library logs one line per failover and reconnect; they are counted, not shown.
+# The library logs one line per failover and reconnect; they are counted, not shown. The soak's
+# own progress and diagnostics (a wait that timed out, what was in flight) are shown.
 set +e
-"$build/bench/nvmeof-soak" --minutes "$minutes" "$@" 2>"$log"
+"$build/bench/nvmeof-soak" --minutes "$minutes" "$@" 2> >(tee "$log" | grep --line-buffered -v '^nvmeof: ' >&2)
 rc=$?
+wait
 set -e
 echo "library log: $(wc -l <"$log") lines ($(grep -c 'reconnect' "$log" || true) about reconnects)"
 grep -m5 -iE 'leak|sanitizer|runtime error|abort' "$log" || true

@@ -88,7 +88,13 @@ struct VolumeOptions {
   bool use_ccr = true;
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{1000};
-  uint32_t max_attempts = 16;            ///< per I/O, across all paths
+  /// Per I/O, across all paths: how many times the controllers may refuse it with a retryable
+  /// status. The moves made by failovers (path errors, ANA refusals) do not count; no_path_timeout
+  /// bounds those.
+  uint32_t max_attempts = 16;
+  /// The failover timeline (VolumeStats::timeline) keeps the newest this many events (at least
+  /// one); older ones are let go and counted in VolumeStats::timeline_dropped.
+  size_t timeline_max = 1024;
 
   // -- observability (issue 12) --
   /// A directory in which the volume publishes its state on a Unix socket (mode 0600) named
@@ -190,7 +196,8 @@ struct VolumeStats {
   NamespaceInfo ns;
   SelectorKind selector = SelectorKind::service_time;
   std::vector<PathStats> paths;
-  std::vector<FailoverEvent> timeline;
+  std::vector<FailoverEvent> timeline;  ///< the newest VolumeOptions::timeline_max failovers, oldest first
+  uint64_t timeline_dropped = 0;         ///< older failovers no longer in `timeline`
   uint64_t completed = 0;
   uint64_t failed = 0;           ///< completed with an error status to the application
   uint64_t waiting = 0;          ///< I/Os queued for a usable path right now

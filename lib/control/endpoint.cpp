@@ -29,6 +29,7 @@ class FabricEndpoint final : public PathEndpoint {
   }
   void on_async_event(std::function<void(uint32_t)> fn) override { ctrl_->on_async_event(std::move(fn)); }
   void on_failure(std::function<void(std::error_code)> fn) override { ctrl_->on_failure(std::move(fn)); }
+  bool is_live() const noexcept override { return ctrl_->is_live(); }
   void fence() override { ctrl_->disconnect(); }
   void close() override { ctrl_->disconnect(); }
 

@@ -45,6 +45,8 @@ class PathEndpoint {
   virtual bool has_async_events() const noexcept { return true; }
   virtual void on_async_event(std::function<void(uint32_t)> fn) = 0;
   virtual void on_failure(std::function<void(std::error_code)> fn) = 0;
+  /// False once the controller has failed (a failure before on_failure() was set told no one).
+  virtual bool is_live() const noexcept { return true; }
   /// Polled by the volume for paths without their own failure report; empty while healthy.
   virtual std::error_code health() { return {}; }
   /// The keep-alive timeout the controller counts (ms; 0 when unknown): with CQT it bounds how

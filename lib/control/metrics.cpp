@@ -124,7 +124,7 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
   volume_metric("nvmeof_volume_read_bytes_total", "Bytes read", MetricType::Counter, static_cast<double>(rbytes));
   volume_metric("nvmeof_volume_written_bytes_total", "Bytes written", MetricType::Counter, static_cast<double>(wbytes));
   volume_metric("nvmeof_volume_failovers_total", "Path failures the volume failed over from",
-                MetricType::Counter, static_cast<double>(s.timeline.size()));
+                MetricType::Counter, static_cast<double>(s.timeline_dropped + s.timeline.size()));
   volume_metric("nvmeof_volume_io_waiting_for_path", "I/Os queued for a usable path right now",
                 MetricType::Gauge, static_cast<double>(s.waiting));
 

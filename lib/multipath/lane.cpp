@@ -302,6 +302,7 @@ void Lane::launch(VolumeIo& io) noexcept {
     a->issue_ns = 0;
     a->release_ns = 0;
     a->attempts = 0;
+    a->status_failures = 0;
     issue(*a);
   }
 }
@@ -460,7 +461,10 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   for (size_t p = 0; p < views_.size(); ++p)
     if (static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0)
       other = OtherPath::usable;
-  RetryDecision d = decide_retry(st, a.attempts, vol_.attempts_per_io(), other);
+  // Only the controller's own refusals count towards max_attempts: an I/O that has been moved
+  // by failovers (path errors, ANA) still gets its retries when it meets a retryable error.
+  if (st.sct() != Sct::path) ++a.status_failures;
+  RetryDecision d = decide_retry(st, a.status_failures, vol_.attempts_per_io(), other);
   // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
   if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > vol_.no_path_timeout_ns())
     d.action = RetryAction::fail;
@@ -519,8 +523,9 @@ void Lane::stamp_event(int p, int event, bool success, IoOp op) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   int& stamped = success ? lp.stamped_success : lp.stamped_resubmit;
   std::lock_guard lock(vol_.timeline_mu_);
-  if (event >= static_cast<int>(vol_.timeline_.size())) return;
-  FailoverEvent& e = vol_.timeline_[static_cast<size_t>(event)];
+  FailoverEvent* found = vol_.event_at(event);
+  if (!found) return;
+  FailoverEvent& e = *found;
   if (!success) ++(mutates(op) ? e.writes_moved : e.reads_moved);  // every moved piece counts
   if (stamped == event) return;
   stamped = event;
@@ -604,6 +609,7 @@ bool Lane::hedge(Attempt& a) noexcept {
   h->event = -1;
   h->exclude = -1;
   h->attempts = 1;
+  h->status_failures = 0;
   h->release_ns = 0;
   auto& lp = *paths_[static_cast<size_t>(p)];
   fill_command(*h, p);
@@ -710,7 +716,7 @@ void Lane::fail_path_here(int p, const std::string& cause) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   if (!lp.qp || lp.qp->state() != QpState::live) return;
   lp.teardown_ns = Reactor::clock_ns();
-  vol_.report_path_failure(p, lp.generation, cause, LossCause::local, lp.teardown_ns);
+  report_failure(p, cause, LossCause::local, lp.teardown_ns);
   lp.qp->close();  // on_queue_failed moves its commands to the orphans
 }
 
@@ -723,10 +729,35 @@ void Lane::on_queue_failed(QueuePair& qp, std::error_code why) noexcept {
     if (loss == LossCause::peer_closed) lp.peer_closed_ns = now;
     if (!lp.teardown_ns) {
       lp.teardown_ns = now;
-      vol_.report_path_failure(static_cast<int>(p), lp.generation, why.message(), loss, now);
+      report_failure(static_cast<int>(p), why.message(), loss, now);
     }
     orphan_inflight(lp);
     return;
+  }
+}
+
+void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint64_t now) noexcept {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  if (vol_.report_path_failure(p, lp.generation, cause, loss, now)) return;
+  // Refused: this generation is not published yet (the queue pair failed between its attach and
+  // publish_live), or it is stale. turn() reports again once it is published; without that the
+  // path would go live on a dead queue pair and nothing would ever fail it again.
+  lp.unpublished_failure = true;
+  lp.unpublished_loss = loss;
+  lp.unpublished_ns = now;
+  lp.unpublished_cause = cause;
+}
+
+void Lane::recheck_paths() noexcept {
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    auto& lp = *paths_[p];
+    const auto& sp = *vol_.paths_[p];
+    if (sp.state.load(std::memory_order_acquire) != PathState::live ||
+        sp.generation.load(std::memory_order_acquire) != lp.generation)
+      continue;
+    if (lp.qp && lp.qp->state() == QpState::live) continue;
+    report_failure(static_cast<int>(p), lp.qp ? "I/O queue failed while the volume opened" : "no I/O queue",
+                   LossCause::local, Reactor::clock_ns());
   }
 }
 
@@ -749,11 +780,14 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
   }
   lp.qp = std::move(*q);
   lp.generation = generation;
+  lp.unpublished_failure = false;
   lp.teardown_ns = 0;
   lp.peer_closed_ns = 0;
   lp.error_streak = 0;
   lp.last_completion_ns = 0;
   lp.last_completed_issue_ns = 0;
+  if (g_fail_after_attach_for_test && g_fail_after_attach_for_test(p, generation))
+    fail_path_here(p, "failed by the test before the path went live");
   return {};
 }
 
@@ -771,6 +805,19 @@ int Lane::turn() noexcept {
       graveyard_.pop_back();
     } else {
       ++i;
+    }
+  }
+  // A queue pair that failed before its generation was published: report it now that it is.
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    auto& lp = *paths_[p];
+    if (!lp.unpublished_failure) continue;
+    const uint32_t published = vol_.paths_[p]->generation.load(std::memory_order_acquire);
+    if (published == lp.generation) {
+      lp.unpublished_failure = false;
+      vol_.report_path_failure(static_cast<int>(p), lp.generation, lp.unpublished_cause, lp.unpublished_loss,
+                               lp.unpublished_ns);
+    } else if (static_cast<int32_t>(published - lp.generation) > 0) {
+      lp.unpublished_failure = false;  // a newer generation replaced it
     }
   }
   // Every command has a deadline (check_deadline: lost fails the path, silent hedges and

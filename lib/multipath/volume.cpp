@@ -160,11 +160,19 @@ Result<void> VolumeImpl::open() {
 
   for (auto& sp : paths_) {
     const bool live = sp->state.load() == PathState::live;
-    if (live) watch_controller(sp->index);
     boost::asio::post(ctx_, [this, i = sp->index, live, f = sp->facts] {
       if (live) machine_->opened(i, f);
       else machine_->unreachable_at_open(i);
     });
+    // After the machine hears of the path: a failure it reports now reaches a live path.
+    if (live) watch_controller(sp->index);
+  }
+  // A queue pair that failed (or never attached) while the volume opened reported it before the
+  // machine knew the path, which dropped it: each lane checks again, its reports now queued
+  // behind the machine's opened().
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    lane->post([lane] { lane->recheck_paths(); });
   }
   // Keep polling ANA while a path is in a state that should not last (change, inaccessible):
   // an event may be lost when two changes come faster than the AER is re-armed.
@@ -258,14 +266,34 @@ void VolumeImpl::watch_controller(int path) {
   sp.ctrl->on_failure([this, path, gen](std::error_code ec) {
     report_path_failure(path, gen, "admin queue: " + ec.message(), classify_loss(ec), Reactor::clock_ns());
   });
+  // An admin queue that failed before the callback was set (between the connect and now) told
+  // no one; report it here (a second report of the same generation is ignored).
+  if (!sp.ctrl->is_live())
+    report_path_failure(path, gen, "admin queue: failed before the path went live", LossCause::local,
+                        Reactor::clock_ns());
 }
 
-void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+int VolumeImpl::push_event(FailoverEvent e) {
+  timeline_.push_back(std::move(e));
+  while (timeline_.size() > std::max<size_t>(opts_.timeline_max, 1)) {
+    timeline_.pop_front();
+    ++timeline_dropped_;
+  }
+  return static_cast<int>(timeline_dropped_ + timeline_.size() - 1);
+}
+
+FailoverEvent* VolumeImpl::event_at(int number) noexcept {
+  if (number < 0 || static_cast<uint64_t>(number) < timeline_dropped_) return nullptr;
+  const uint64_t i = static_cast<uint64_t>(number) - timeline_dropped_;
+  return i < timeline_.size() ? &timeline_[i] : nullptr;
+}
+
+bool VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                                      uint64_t detect_ns) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   {
     std::lock_guard lock(timeline_mu_);
-    if (sp.generation.load() != generation) return;
+    if (sp.generation.load() != generation) return false;
     // The first report of a generation opens its failover; later ones (another lane, the admin
     // queue) only tell the machine more, e.g. that the controller closed on us.
     if (sp.reported_generation != generation && sp.state.load() == PathState::live) {
@@ -274,8 +302,7 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
       e.path = path;
       e.cause = cause;
       e.detect_ns = detect_ns;
-      timeline_.push_back(std::move(e));
-      sp.event.store(static_cast<int>(timeline_.size() - 1));
+      sp.event.store(push_event(std::move(e)));
     }
   }
   boost::asio::post(ctx_, [this, path, generation, cause = std::move(cause), loss, detect_ns] {
@@ -286,6 +313,7 @@ void VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
     s.failovers.fetch_add(1);
     nvmeof::detail::log_warning("nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
   });
+  return true;
 }
 
 // ---- FailoverEnv: what the machine asks for, on the control thread ---------------------------
@@ -360,9 +388,8 @@ void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
   s.fenced_through.store(generation + 1, std::memory_order_release);
   s.state.store(PathState::fenced, std::memory_order_release);
   std::lock_guard lock(timeline_mu_);
-  const int e = s.event.load();
-  if (e >= 0) {
-    auto& ev = timeline_[static_cast<size_t>(e)];
+  if (FailoverEvent* found = event_at(s.event.load())) {
+    auto& ev = *found;
     ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     ev.fence_rule = to_string(rule);
   }
@@ -398,9 +425,8 @@ void VolumeImpl::publish_live(int path, uint32_t generation) {
   sp.reconnects.fetch_add(1);
   {
     std::lock_guard lock(timeline_mu_);
-    const int e = sp.event.load();
-    if (e >= 0) {
-      auto& ev = timeline_[static_cast<size_t>(e)];
+    if (FailoverEvent* found = event_at(sp.event.load())) {
+      auto& ev = *found;
       ev.reconnected_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     }
     sp.event.store(-1);
@@ -437,11 +463,10 @@ void VolumeImpl::refresh_ana_now() {
       e.cause = std::string("ana ") + to_string(g->state);
       e.detect_ns = now;
       e.fenced_us = 0;  // the controller answered: nothing is left running on the path
-      timeline_.push_back(std::move(e));
-      sp->event.store(static_cast<int>(timeline_.size() - 1));
+      sp->event.store(push_event(std::move(e)));
     } else if (ana_tier(g->state) >= 0 && sp->event.load() >= 0 && sp->state.load() == PathState::live) {
-      auto& ev = timeline_[static_cast<size_t>(sp->event.load())];
-      ev.reconnected_us = static_cast<int64_t>((now - ev.detect_ns) / 1000);
+      if (FailoverEvent* ev = event_at(sp->event.load()))
+        ev->reconnected_us = static_cast<int64_t>((now - ev->detect_ns) / 1000);
       sp->event.store(-1);
     }
   }

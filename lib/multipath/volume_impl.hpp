@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,6 +89,9 @@ struct Attempt {
   uint64_t issue_ns = 0;
   uint64_t release_ns = 0;   // fence / CRD / no-path deadline, per list
   uint32_t attempts = 0;     // submissions made so far
+  // Failures with a controller status other than a path error: what max_attempts bounds (path
+  // trouble is bounded by no_path_timeout instead, so failovers do not use up the attempts).
+  uint32_t status_failures = 0;
   int event = -1;            // failover this piece was moved by
   int exclude = -1;          // path to avoid on the next issue
   // Hedging (a read past its deadline re-issued on another path). The primary reads into the
@@ -142,6 +146,12 @@ struct LanePath {
   // passes the deadline; any answer (the probe's or another command's) shows it alive.
   IoRequest probe;
   std::unique_ptr<uint8_t[]> probe_buf;
+  // A failure of this generation's queue pair reported before the generation was published
+  // (the report was refused): reported again once it is.
+  bool unpublished_failure = false;
+  LossCause unpublished_loss = LossCause::local;
+  uint64_t unpublished_ns = 0;
+  std::string unpublished_cause;
   bool probe_inflight = false;
   uint32_t probe_generation = 0;
   uint64_t probe_sent_ns = 0;
@@ -161,6 +171,11 @@ struct LanePath {
 /// millisecond), the per-path counters of LanePath (see there) and `stop_`/`ready_` (atomics).
 /// Other threads reach the lane only by post() (the reactor's MPSC function ring), which is how
 /// the control thread attaches and closes queue pairs; snapshot() posts and waits.
+/// Tests only: when set, called on the lane's thread right after attach_prepared() installed a
+/// path's new queue pair (before its generation is published); true fails that queue pair at
+/// once, as a connection lost in that window would.
+inline bool (*g_fail_after_attach_for_test)(int path, uint32_t generation) = nullptr;
+
 class Lane final : public QueuePairListener {
  public:
   Lane(VolumeImpl& vol, int index);
@@ -181,6 +196,9 @@ class Lane final : public QueuePairListener {
   /// Lane thread: starts a queue pair prepared off this thread for `path` and `generation`.
   Result<void> attach_prepared(int path, uint32_t generation, PreparedQueue& q);
   void close_path(int path, uint64_t now_ns);
+  /// Reports every live path of the current generation whose queue pair on this lane is missing
+  /// or dead (after open: failures reported before the failover machine knew the path).
+  void recheck_paths() noexcept;
   Reactor& reactor() noexcept { return *reactor_; }
 
   struct Snapshot {
@@ -215,6 +233,8 @@ class Lane final : public QueuePairListener {
   void issue(Attempt& a) noexcept;
   void finish_piece(Attempt& a, NvmeStatus st) noexcept;
   void fail_path_here(int p, const std::string& cause) noexcept;
+  /// report_path_failure for this lane's generation of path p, kept for later when refused.
+  void report_failure(int p, const std::string& cause, LossCause loss, uint64_t now) noexcept;
   /// Deadline handling of path `p` (its oldest command is past the deadline).
   void check_deadline(int p, uint64_t now) noexcept;
   bool hedge(Attempt& a) noexcept;
@@ -284,7 +304,9 @@ class VolumeImpl : public FailoverEnv {
   void shutdown();
 
   // Control-thread events (any thread may call; they post to the control context).
-  void report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+  /// False when `generation` is not the published one: stale, or not yet published (a queue pair
+  /// that fails between its attach and publish_live; the lane reports again once it is).
+  bool report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                            uint64_t detect_ns);
   void request_ana_refresh();
 
@@ -317,7 +339,13 @@ class VolumeImpl : public FailoverEnv {
   uint64_t open_ns_ = 0;
 
   mutable std::mutex timeline_mu_;  // guards timeline_ (rare: once per failover per lane)
-  std::vector<FailoverEvent> timeline_;
+  std::deque<FailoverEvent> timeline_;  // the newest opts_.timeline_max events
+  uint64_t timeline_dropped_ = 0;       // events let go from its front
+  // Under timeline_mu_. Events are numbered from the volume's first (SharedPath::event, an
+  // attempt's event): push_event appends one (letting the oldest go past the cap) and returns its
+  // number; event_at finds one, nullptr once it has been let go.
+  int push_event(FailoverEvent e);
+  FailoverEvent* event_at(int number) noexcept;
 
   /// Volume::stats(): lane snapshots (posted to each lane) plus the shared counters. Any thread
   /// but a lane's.

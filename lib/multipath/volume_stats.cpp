@@ -117,7 +117,8 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   s.poll = v.opts_.poll;
   for (auto& l : v.lanes_) s.reactor_cpu_ns.push_back(l->cpu_ns());
   std::lock_guard lock(v.timeline_mu_);
-  s.timeline = v.timeline_;
+  s.timeline.assign(v.timeline_.begin(), v.timeline_.end());
+  s.timeline_dropped = v.timeline_dropped_;
   return s;
 }
 
@@ -182,6 +183,11 @@ std::string to_text(const VolumeStats& s) {
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                   static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
                   static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
+    out += line;
+  }
+  if (s.timeline_dropped) {
+    std::snprintf(line, sizeof line, "  (%llu older failovers no longer kept)\n",
+                  static_cast<unsigned long long>(s.timeline_dropped));
     out += line;
   }
   for (const auto& e : s.timeline) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/verified_workload.hpp"
+#include "multipath/volume_impl.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -36,7 +37,8 @@ struct Rig {
   // about detecting dead paths give a long one, so that a loaded machine cannot make a healthy
   // path miss it and turn the test into one about failover.
   explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
-               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}) {
+               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16,
+               size_t timeline_max = 1024) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -64,6 +66,8 @@ struct Rig {
     vo.selector = sel;
     vo.io_deadline = deadline;
     vo.no_path_timeout = 10s;
+    vo.max_attempts = max_attempts;
+    vo.timeline_max = timeline_max;
     auto v = Volume::open(vo);
     REQUIRE(v);
     vol = std::move(*v);
@@ -496,6 +500,132 @@ TEST_CASE("retryable errors on two of three paths never reach the application", 
   CHECK(st.paths[0].errors + st.paths[1].errors > 0);  // the faulty paths were tried
   rig.target->fail_commands(0, std::nullopt);
   rig.target->fail_commands(1, std::nullopt);
+}
+
+// Found by the soak run with faults every 20-200 ms: the submissions a failover had made (each
+// move after a path error or an ANA refusal is one) counted towards max_attempts, so an I/O
+// moved often enough failed on the first retryable error after them. Path trouble is bounded by
+// no_path_timeout; max_attempts bounds only the controller's own refusals. Here, with
+// max_attempts 2: the write goes to path 0 (the only optimized one), which goes silent and is
+// failed (a path error: one submission), then to path 1 (first in round-robin order of the
+// non-optimized tier), which refuses it with a retryable Internal Error (the second): the retry
+// must still happen, on path 2.
+TEST_CASE("a failover does not use up the retries an I/O has for controller errors", "[multipath][fault]") {
+  Rig rig(3, SelectorKind::round_robin, 10, {AnaState::optimized, AnaState::non_optimized, AnaState::non_optimized},
+          200ms, 2);
+  rig.target->fail_commands(1, status::kInternalError);
+  rig.target->inject(0, FaultKind::blackhole);
+  std::vector<uint8_t> w(kBlock), r(kBlock, 0);
+  fill_block(w.data(), 77, 5);
+  const NvmeStatus st = run_io(*rig.vol, IoOp::write, w.data(), 77, 1);
+  const VolumeStats vs = rig.vol->stats();
+  INFO(to_text(vs));
+  CHECK(st.is_success());
+  CHECK(vs.paths[0].failovers >= 1);  // the path error came first
+  CHECK(vs.paths[1].errors >= 1);     // then the refusal
+  CHECK(vs.failed == 0);
+  rig.target->fail_commands(1, std::nullopt);
+  REQUIRE(run_io(*rig.vol, IoOp::read, r.data(), 77, 1).is_success());
+  CHECK(block_matches(r.data(), 77, 5));
+}
+
+// The failover timeline is bounded (a flapping path must not grow it for the life of the
+// process): it keeps the newest timeline_max events, counts the others, and the events it keeps
+// are still the ones the volume stamps (their number is not their position any more).
+TEST_CASE("the failover timeline keeps the newest timeline_max events", "[multipath][fault]") {
+  Rig rig(2, SelectorKind::service_time, 10, {}, {}, 16, 2);
+  auto until = [&](const std::function<bool(const VolumeStats&)>& pred) {
+    for (int i = 0; i < 20000; ++i) {
+      if (pred(rig.vol->stats())) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
+  for (uint64_t k = 1; k <= 3; ++k) {
+    INFO("reset " << k);
+    rig.target->inject(0, FaultKind::reset);
+    REQUIRE(until([&](const VolumeStats& s) {
+      return s.paths[0].failovers >= k && s.paths[0].reconnects >= k && s.paths[0].state == PathState::live;
+    }));
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  REQUIRE(st.paths[0].failovers == 3);
+  CHECK(st.timeline.size() == 2);
+  CHECK(st.timeline_dropped == 1);
+  for (const FailoverEvent& e : st.timeline) {
+    CHECK(e.path == 0);
+    CHECK(e.reconnected_us >= 0);  // stamped through its number after the first was let go
+  }
+  CHECK(st.timeline[0].detect_ns < st.timeline[1].detect_ns);
+  std::vector<uint8_t> b(kBlock);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+}
+
+// Found by the 30-minute soak: after an all-paths-down window every path logged "reconnected"
+// and the volume never did I/O again. A new queue pair that fails between its attach and the
+// publication of its generation reported its failure for a generation not yet published, which
+// was dropped; the path then went live on a dead queue pair that nothing would fail again (the
+// lanes find it unusable, so no command could fail on it either). The lane now reports again
+// once the generation is published. Here the reconnect's queue pair is failed in that window.
+TEST_CASE("a queue pair lost before its reconnect is published fails the path again", "[multipath][fault]") {
+  static std::atomic<int> failed_attaches{0};
+  failed_attaches = 0;
+  struct Hook {
+    Hook() {
+      detail::g_fail_after_attach_for_test = [](int, uint32_t generation) {
+        return generation == 1 && failed_attaches.fetch_add(1) == 0;
+      };
+    }
+    ~Hook() { detail::g_fail_after_attach_for_test = nullptr; }
+  } hook;
+  Rig rig(1);
+  std::vector<uint8_t> b(kBlock);
+  REQUIRE(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+  rig.target->inject(0, FaultKind::reset);
+  bool back = false;
+  for (int i = 0; i < 20000 && !back; ++i) {
+    const VolumeStats st = rig.vol->stats();
+    back = st.paths[0].reconnects >= 2 && st.paths[0].state == PathState::live;
+    if (!back) std::this_thread::sleep_for(1ms);
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(failed_attaches.load() >= 1);
+  REQUIRE(back);
+  CHECK(st.paths[0].failovers >= 2);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
+}
+
+// The same at open: a queue pair lost while the volume opens (the failover machine does not
+// know the path yet and dropped the report) must still fail the path, which then comes back.
+TEST_CASE("a queue pair lost while the volume opens fails the path and it comes back", "[multipath][fault]") {
+  static std::atomic<int> failed_attaches{0};
+  failed_attaches = 0;
+  struct Hook {
+    Hook() {
+      detail::g_fail_after_attach_for_test = [](int, uint32_t generation) {
+        return generation == 0 && failed_attaches.fetch_add(1) == 0;
+      };
+    }
+    ~Hook() { detail::g_fail_after_attach_for_test = nullptr; }
+  } hook;
+  Rig rig(1);
+  // Left alone, the path would come back only once the target ends the association by itself
+  // (about 12 s here); the volume must fail it at once: 5 s is ten times what that takes on a
+  // loaded machine.
+  bool back = false;
+  for (int i = 0; i < 5000 && !back; ++i) {
+    const VolumeStats st = rig.vol->stats();
+    back = st.paths[0].reconnects >= 1 && st.paths[0].state == PathState::live;
+    if (!back) std::this_thread::sleep_for(1ms);
+  }
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(failed_attaches.load() == 1);
+  REQUIRE(back);
+  std::vector<uint8_t> b(kBlock);
+  CHECK(run_io(*rig.vol, IoOp::read, b.data(), 3, 1).is_success());
 }
 
 TEST_CASE("all paths down, then one back: I/O waits and resumes", "[multipath][fault]") {

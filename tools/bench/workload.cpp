@@ -15,6 +15,7 @@ namespace {
 
 constexpr size_t kMismatchExamplesPerSlot = 4;
 constexpr size_t kErrorKindsPerSlot = 8;
+constexpr size_t kStallExamplesPerSlot = 8;
 
 struct SlotStats {
   OpTotals read, write;
@@ -24,6 +25,11 @@ struct SlotStats {
   uint64_t last_ns = 0;
   uint64_t max_latency_after_fault_ns = 0;
   uint64_t max_gap_after_fault_ns = 0;
+  LatencyHistogram read_window[2], write_window[2];
+  uint64_t stalls_outside = 0;
+  Stall stalls[kStallExamplesPerSlot];
+  size_t n_stalls = 0;
+  std::vector<uint64_t> stall_bins;
   ErrorCount error_kinds[kErrorKindsPerSlot];
   size_t n_error_kinds = 0;
   Mismatch examples[kMismatchExamplesPerSlot];
@@ -61,6 +67,12 @@ struct Workload::Slot {
   uint32_t seq = 0;         ///< of the write in flight
   IoOp op = IoOp::read;
   uint64_t submit_ns = 0;
+  uint32_t submit_epoch = 0;  ///< Workload::window_epoch_ when submitted
+  // For in_flight() on the main thread: 0 when nothing is in flight, else the submit time.
+  std::atomic<uint64_t> inflight_since{0};
+  std::atomic<uint64_t> inflight_lba{0};
+  std::atomic<uint32_t> inflight_nlb{0};
+  std::atomic<uint8_t> inflight_op{0};
   uint64_t rng = 0;
   uint64_t cursor = 0;      ///< sequential patterns: the next of this slot's units
   uint64_t owned_units = 0;
@@ -107,6 +119,7 @@ void Workload::start(Phase phase) {
   for (auto& s : slots_) {
     s->stats = SlotStats{};
     s->stats.windows.resize(phase == Phase::timed ? cfg_.fault_windows : 0);
+    s->stats.stall_bins.assign(stall_bins_, 0);
     s->cursor = 0;
   }
   for (auto& s : slots_) {
@@ -203,12 +216,18 @@ void Workload::issue(Slot& s) noexcept {
   s.io.done = &Workload::on_complete;
   s.io.user = &s;
   s.submit_ns = monotonic_ns();
+  s.submit_epoch = window_epoch_.load(std::memory_order_relaxed);
+  s.inflight_lba.store(s.io.slba, std::memory_order_relaxed);
+  s.inflight_nlb.store(s.io.nlb, std::memory_order_relaxed);
+  s.inflight_op.store(static_cast<uint8_t>(s.op), std::memory_order_relaxed);
+  s.inflight_since.store(s.submit_ns, std::memory_order_release);
   const int rc = s.reactor >= 0 ? volume_.submit(s.io, static_cast<unsigned>(s.reactor)) : volume_.submit(s.io);
   if (rc == 0) return;
   if (rc == -EAGAIN) {
     s.parked.store(true, std::memory_order_release);
     return;
   }
+  s.inflight_since.store(0, std::memory_order_relaxed);
   account_error(s, 0, rc);
   retire();
 }
@@ -222,6 +241,7 @@ void Workload::on_complete(VolumeIo& io, NvmeStatus status) noexcept {
 
 void Workload::complete(Slot& s, NvmeStatus status) noexcept {
   const uint64_t now = monotonic_ns();
+  s.inflight_since.store(0, std::memory_order_relaxed);
   const uint64_t latency = now > s.submit_ns ? now - s.submit_ns : 0;
   SlotStats& st = s.stats;
   st.last_ns = now;
@@ -229,6 +249,17 @@ void Workload::complete(Slot& s, NvmeStatus status) noexcept {
   ++op.ios;
   op.bytes += uint64_t{s.n_units} * cfg_.unit_blocks * cfg_.block_size;
   op.latency.record(latency);
+  // Inside a window: submitted while one was open, or one opened (or closed) since.
+  const uint32_t epoch = window_epoch_.load(std::memory_order_relaxed);
+  const bool inside = (s.submit_epoch & 1u) != 0 || epoch != s.submit_epoch;
+  (s.op == IoOp::read ? st.read_window : st.write_window)[inside ? 1 : 0].record(latency);
+  if (!inside && latency > stall_ns_) {
+    ++st.stalls_outside;
+    if (st.n_stalls < kStallExamplesPerSlot)
+      st.stalls[st.n_stalls++] = Stall{now, latency, s.first_unit * cfg_.unit_blocks, s.op};
+    if (!st.stall_bins.empty() && stall_bin_ns_ > 0 && now >= stall_origin_ns_)
+      ++st.stall_bins[std::min<uint64_t>((now - stall_origin_ns_) / stall_bin_ns_, st.stall_bins.size() - 1)];
+  }
 
   if (phase_ == Phase::timed && cfg_.recorder != nullptr)
     cfg_.recorder->record(now, s.op == IoOp::write, uint64_t{s.n_units} * cfg_.unit_blocks * cfg_.block_size,
@@ -323,6 +354,14 @@ void Workload::collect(Phase phase) {
     t.max_latency_after_fault_ns = std::max(t.max_latency_after_fault_ns,
                                             st.max_latency_after_fault_ns);
     t.max_gap_after_fault_ns = std::max(t.max_gap_after_fault_ns, st.max_gap_after_fault_ns);
+    for (int w = 0; w < 2; ++w) {
+      t.read_window[w].merge(st.read_window[w]);
+      t.write_window[w].merge(st.write_window[w]);
+    }
+    t.stalls_outside += st.stalls_outside;
+    for (size_t i = 0; i < st.n_stalls; ++i) t.stall_examples.push_back(st.stalls[i]);
+    if (t.stall_bins.size() < st.stall_bins.size()) t.stall_bins.resize(st.stall_bins.size(), 0);
+    for (size_t i = 0; i < st.stall_bins.size(); ++i) t.stall_bins[i] += st.stall_bins[i];
     for (size_t i = 0; i < st.n_error_kinds; ++i) {
       const ErrorCount& e = st.error_kinds[i];
       auto it = std::find_if(t.error_counts.begin(), t.error_counts.end(), [&](const ErrorCount& x) {
@@ -344,9 +383,35 @@ void Workload::collect(Phase phase) {
     for (size_t i = 0; i < st.n_examples && t.mismatch_examples.size() < 16; ++i)
       t.mismatch_examples.push_back(st.examples[i]);
   }
+  std::sort(t.stall_examples.begin(), t.stall_examples.end(),
+            [](const Stall& a, const Stall& b) { return a.at_ns < b.at_ns; });
   totals_[static_cast<size_t>(phase)] = std::move(t);
 }
 
 PhaseTotals Workload::totals(Phase phase) const { return totals_[static_cast<size_t>(phase)]; }
+
+void Workload::set_window(bool open) noexcept {
+  const uint32_t e = window_epoch_.load(std::memory_order_relaxed);
+  if (((e & 1u) != 0) == open) return;
+  window_epoch_.store(e + 1, std::memory_order_relaxed);
+}
+
+std::vector<InFlight> Workload::in_flight() const {
+  std::vector<InFlight> out;
+  const uint64_t now = monotonic_ns();
+  for (const auto& s : slots_) {
+    const uint64_t since = s->inflight_since.load(std::memory_order_acquire);
+    if (since == 0) continue;
+    InFlight f;
+    f.slot = s->index;
+    f.op = static_cast<IoOp>(s->inflight_op.load(std::memory_order_relaxed));
+    f.lba = s->inflight_lba.load(std::memory_order_relaxed);
+    f.nlb = s->inflight_nlb.load(std::memory_order_relaxed);
+    f.age_ns = now > since ? now - since : 0;
+    f.parked = s->parked.load(std::memory_order_relaxed);
+    out.push_back(f);
+  }
+  return out;
+}
 
 }  // namespace nvmeof::bench

@@ -86,8 +86,32 @@ struct WindowTotals {
   uint64_t max_gap_ns = 0;       ///< the longest time without a completion, within the window
 };
 
+/// A read or write slower than the stall threshold that did not overlap a window (see
+/// Workload::set_window): when it completed and how long it took.
+struct Stall {
+  uint64_t at_ns = 0;
+  uint64_t latency_ns = 0;
+  uint64_t lba = 0;
+  IoOp op = IoOp::read;
+};
+
+/// An I/O still in flight (Workload::in_flight): what a drain that timed out waited for.
+struct InFlight {
+  unsigned slot = 0;
+  IoOp op = IoOp::read;
+  uint64_t lba = 0;
+  uint32_t nlb = 0;
+  uint64_t age_ns = 0;
+  bool parked = false;  ///< refused by a full submission ring, waiting for service()
+};
+
 struct PhaseTotals {
   OpTotals read, write;
+  /// Latencies split by whether the I/O overlapped a window (set_window): [0] outside, [1] inside.
+  LatencyHistogram read_window[2], write_window[2];
+  uint64_t stalls_outside = 0;          ///< I/Os outside windows slower than stall_ns
+  std::vector<Stall> stall_examples;    ///< the first few of them, in completion order
+  std::vector<uint64_t> stall_bins;     ///< stalls outside windows per bin (set_stall_bins)
   uint64_t errors = 0;
   uint64_t mismatches = 0;        ///< blocks
   uint64_t verified_blocks = 0;
@@ -128,6 +152,21 @@ class Workload {
   void mark_fault(uint64_t ns) noexcept;
   /// The totals of a finished phase (after wait_idle()).
   PhaseTotals totals(Phase phase) const;
+  /// Opens or closes a window (e.g. every path down): an I/O in flight at any moment while one
+  /// was open counts as inside it (PhaseTotals::read_window[1]). Main thread.
+  void set_window(bool open) noexcept;
+  /// I/Os slower than this outside a window are counted as stalls (default 50 ms).
+  void set_stall_threshold(uint64_t ns) noexcept { stall_ns_ = ns; }
+  /// Before start(): also count those stalls in `bins` bins of `bin_ns` from `origin_ns` (the
+  /// last bin takes everything later).
+  void set_stall_bins(uint64_t origin_ns, uint64_t bin_ns, size_t bins) {
+    stall_origin_ns_ = origin_ns;
+    stall_bin_ns_ = bin_ns;
+    stall_bins_ = bins;
+  }
+  /// What is in flight now and for how long (diagnostics after a timed-out wait; racy by a
+  /// completion or two, never unsafe).
+  std::vector<InFlight> in_flight() const;
 
  private:
   struct Slot;
@@ -161,6 +200,11 @@ class Workload {
   /// Window k starts at window_start_[k]; written before window_count_ is raised (release).
   std::vector<uint64_t> window_start_;
   std::atomic<size_t> window_count_{0};
+  /// Odd while a window is open; bumped at every open and close.
+  std::atomic<uint32_t> window_epoch_{0};
+  uint64_t stall_ns_ = 50'000'000;
+  uint64_t stall_origin_ns_ = 0, stall_bin_ns_ = 0;
+  size_t stall_bins_ = 0;
   PhaseTotals totals_[kPhases];
 };
 
