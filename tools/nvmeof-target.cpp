@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
   auto entry = [&hosts](const std::string& n) -> TargetHost& {
     for (auto& h : hosts)
       if (h.nqn == n) return h;
-    hosts.push_back(TargetHost{n, {}, {}});
+    hosts.push_back(TargetHost{n, {}, {}, {}, {}});
     return hosts.back();
   };
   for (const auto& h : allow_hosts) {

@@ -89,6 +89,12 @@ typedef struct nvmeof_volume_options {
                                    the path's latency (at most 25 ms) */
   nvmeof_completion_cb completion_cb; /* NULL: completion-queue mode */
   void* completion_ctx;
+  /* DH-HMAC-CHAP: the host's secret as `nvme gen-dhchap-key` prints it ("DHHC-1:0X:...:") or
+   * "@PATH" of a file holding one; NULL: no authentication. Every queue of every path
+   * authenticates, again on each reconnect. A wrong key fails the open with -EACCES. */
+  const char* dhchap_secret;
+  /* The controller's secret (same forms) for bidirectional authentication; NULL: none. */
+  const char* dhchap_ctrl_secret;
 } nvmeof_volume_options;
 
 #define NVMEOF_KATO_SHORTEST 0xffffffffu

@@ -73,6 +73,11 @@ struct TargetHost {
   /// The controller's secret (same form): when set, the host may also authenticate the
   /// controller (bidirectional). Only with dhchap_key.
   std::string dhchap_ctrl_key;
+  /// The hash function and DH group this host must use ("sha256", "sha384", "sha512";
+  /// "null", "ffdhe2048" ... "ffdhe8192"), as nvmet's dhchap_hash and dhchap_dhgroup; empty:
+  /// whichever the host prefers among all of them.
+  std::string dhchap_hash;
+  std::string dhchap_dhgroup;
 };
 
 /// Whether any host may connect to a subsystem.

@@ -168,6 +168,8 @@ bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
     return false;
   vo.connect.subnqn = o->subnqn;
   if (o->hostnqn) vo.connect.hostnqn = o->hostnqn;
+  if (o->dhchap_secret) vo.connect.dhchap_secret = o->dhchap_secret;
+  if (o->dhchap_ctrl_secret) vo.connect.dhchap_ctrl_secret = o->dhchap_ctrl_secret;
   vo.nsid = o->nsid;
   vo.reactors = o->reactors;
   switch (o->selector) {

@@ -45,8 +45,7 @@ bool valid_host_keys(const TargetOptions& opts, std::string* why) {
         if (why) *why = "host " + h.nqn + ": a controller key without a host key";
         return false;
       }
-      if (!auth::parse_secret(h.dhchap_key, &detail) ||
-          (!h.dhchap_ctrl_key.empty() && !auth::parse_secret(h.dhchap_ctrl_key, &detail))) {
+      if (!QueueAuth::create(h, s.nqn, &detail)) {
         if (why) *why = "host " + h.nqn + ": " + detail;
         return false;
       }
@@ -66,6 +65,25 @@ std::unique_ptr<QueueAuth> QueueAuth::create(const TargetHost& host, const std::
     auto ck = auth::parse_secret(host.dhchap_ctrl_key, why);
     if (!ck) return nullptr;
     cfg.ctrl_secret = std::move(*ck);
+  }
+  if (!host.dhchap_hash.empty()) {
+    cfg.hashes.clear();
+    for (auto h : {auth::HashId::sha256, auth::HashId::sha384, auth::HashId::sha512})
+      if (host.dhchap_hash == auth::hash_name(h)) cfg.hashes.push_back(h);
+    if (cfg.hashes.empty()) {
+      if (why) *why = "unknown DH-HMAC-CHAP hash '" + host.dhchap_hash + "' (sha256, sha384 or sha512)";
+      return nullptr;
+    }
+  }
+  if (!host.dhchap_dhgroup.empty()) {
+    cfg.groups.clear();
+    for (auto g : {auth::DhGroup::null, auth::DhGroup::ffdhe2048, auth::DhGroup::ffdhe3072,
+                   auth::DhGroup::ffdhe4096, auth::DhGroup::ffdhe6144, auth::DhGroup::ffdhe8192})
+      if (host.dhchap_dhgroup == auth::dh_group_name(g)) cfg.groups.push_back(g);
+    if (cfg.groups.empty()) {
+      if (why) *why = "unknown DH group '" + host.dhchap_dhgroup + "' (null, ffdhe2048 ... ffdhe8192)";
+      return nullptr;
+    }
   }
   return std::unique_ptr<QueueAuth>(new QueueAuth(std::move(cfg)));
 }

@@ -146,12 +146,16 @@ class Volume:
     io_deadline: seconds a command may take before its path is failed (0: derived from the
     path's latency, at most 25 ms; raise it on a heavily loaded host).
     Volume(discovery="addr:port", nqn=...)   every path a discovery controller lists
+    hostnqn: the host NQN to connect as ("" derives one from a per-process host id).
+    dhchap_secret / dhchap_ctrl_secret: DH-HMAC-CHAP secrets as `nvme gen-dhchap-key` prints
+    them ("DHHC-1:0X:...:") or "@PATH" of a file; a wrong key raises PermissionError.
     """
 
     def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
                  queue_depth: int = 256, reactors: int = 1, no_path_timeout: float = 30.0,
                  keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
-                 discovery: Optional[str] = None):
+                 discovery: Optional[str] = None, hostnqn: str = "",
+                 dhchap_secret: str = "", dhchap_ctrl_secret: str = ""):
         if isinstance(paths, str):
             paths = [paths]
         paths = list(paths)
@@ -165,7 +169,8 @@ class Volume:
         self._v = None
         self._v = _core.Volume(paths, nqn, nsid, queue_depth, reactors,
                                int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
-                               int(io_deadline * 1000), discovery or "")
+                               int(io_deadline * 1000), discovery or "", hostnqn,
+                               dhchap_secret, dhchap_ctrl_secret)
         self.block_size: int = self._v.block_size
         self.size: int = self._v.size
         self.queue_depth: int = queue_depth

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "nvmeof/target.hpp"
 
@@ -15,7 +17,9 @@ namespace {
 
 class PyTarget {
  public:
-  PyTarget(size_t ports, uint64_t size, uint32_t block_size, const std::string& nqn) : nqn_(nqn) {
+  PyTarget(size_t ports, uint64_t size, uint32_t block_size, const std::string& nqn,
+           const std::vector<std::tuple<std::string, std::string, std::string>>& hosts)
+      : nqn_(nqn) {
     TargetOptions o;
     o.ports.clear();
     for (size_t i = 0; i < ports; ++i) {
@@ -27,6 +31,7 @@ class PyTarget {
     o.subsystems[0].nqn = nqn;
     o.subsystems[0].namespaces[0].size_bytes = size;
     o.subsystems[0].namespaces[0].block_size = block_size;
+    for (const auto& [hnqn, key, ctrl_key] : hosts) o.subsystems[0].hosts.push_back({hnqn, key, ctrl_key, "", ""});
     Result<std::unique_ptr<Target>> t = [&] {
       py::gil_scoped_release nogil;
       return Target::start(o);
@@ -57,6 +62,8 @@ class PyTarget {
     d["commands"] = s.commands;
     d["reads"] = s.reads;
     d["writes"] = s.writes;
+    d["authentications"] = s.authentications;
+    d["auth_failures"] = s.auth_failures;
     return d;
   }
   py::bytes read_ns(uint64_t offset, size_t len) {
@@ -87,9 +94,13 @@ class PyTarget {
 PYBIND11_MODULE(_testing, m) {
   m.doc() = "The embedded NVMe/TCP target, for tests and examples";
   py::class_<PyTarget>(m, "Target")
-      .def(py::init<size_t, uint64_t, uint32_t, const std::string&>(), py::arg("ports") = 2,
-           py::arg("size") = 64ull << 20, py::arg("block_size") = 4096,
-           py::arg("nqn") = "nqn.2024-01.io.nvmeof:python")
+      .def(py::init<size_t, uint64_t, uint32_t, const std::string&,
+                    const std::vector<std::tuple<std::string, std::string, std::string>>&>(),
+           py::arg("ports") = 2, py::arg("size") = 64ull << 20, py::arg("block_size") = 4096,
+           py::arg("nqn") = "nqn.2024-01.io.nvmeof:python",
+           // (host NQN, DH-HMAC-CHAP key, controller key): naming hosts closes the subsystem
+           // to every other host
+           py::arg("hosts") = std::vector<std::tuple<std::string, std::string, std::string>>{})
       .def_property_readonly("addresses", &PyTarget::addresses)
       .def_property_readonly("nqn", &PyTarget::nqn)
       .def("reset", &PyTarget::reset)

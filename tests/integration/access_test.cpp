@@ -38,7 +38,7 @@ TargetSubsystem subsystem(const std::string& nqn, HostAccess access,
   s.nqn = nqn;
   s.namespaces[0].size_bytes = 4ull << 20;
   s.access = access;
-  for (auto& h : hosts) s.hosts.push_back(TargetHost{std::move(h), {}, {}});
+  for (auto& h : hosts) s.hosts.push_back(TargetHost{std::move(h), {}, {}, {}, {}});
   return s;
 }
 
@@ -228,7 +228,7 @@ TEST_CASE("bad host entries are refused at start", "[access]") {
 
 namespace {
 
-const std::string kKey = "DHHC-1:00:ZjUzNzE2ZDFkYzQ2NmNlM2E4MmYwYjY5ODliZjQ1ZmSg4Vbc:";
+const std::string kKey = "DHHC-1:00:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAl7OaH:";  // a valid secret (key bytes 1..32)
 
 std::string target_bin() { return test::tool_path("NVMEOF_TARGET"); }
 

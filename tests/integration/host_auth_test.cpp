@@ -14,6 +14,7 @@
 
 #include "../common/verified_workload.hpp"
 #include "auth/secret.hpp"
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
@@ -89,7 +90,9 @@ struct Rig {
 // Writes a pattern through an authenticated I/O queue, reads it back and compares; the
 // target's own copy must match too.
 void write_read_verify(Rig& rig, Controller& ctrl) {
-  Reactor reactor;
+  auto rr = Reactor::create();
+  REQUIRE(rr);
+  Reactor& reactor = **rr;
   auto qp = create_io_queue(ctrl, reactor, 16);
   REQUIRE(qp);
   std::vector<uint8_t> out(8192), in(8192, 0);

@@ -4,8 +4,9 @@
 # the allowed host NQN connects and reads back what it wrote, a host NQN not on the list is
 # refused (nvme connect fails; the kernel and the target both say why), and `nvme discover` as
 # the refused host lists no subsystem while the allowed host's lists ours.
-# Each case is a function; the DH-HMAC-CHAP cases (--dhchap-secret, --dhchap-ctrl-secret) go in
-# beside them once the target authenticates.
+# Then DH-HMAC-CHAP: the target holds the host's key and a controller key; Linux's host
+# authenticates unidirectionally and bidirectionally (nvme connect --dhchap-secret
+# --dhchap-ctrl-secret) and reads back what it wrote; a wrong key and no key are refused.
 # Run it with: tests/vm/vm_run.sh --kernel 6.12 tests/vm/access_test.sh build-dir/tools/nvmeof-target
 . "${NVMEOF_GUEST_LIB:?run this inside the guest through tests/vm/vm_run.sh}"
 target=${1:?usage: access_test.sh <nvmeof-target binary>}
@@ -44,11 +45,14 @@ pattern() { # <file> <tag>
     [ "$(wc -c <"$1")" = $((BLOCKS * 4096)) ] || fail "pattern $1 has the wrong size"
 }
 
-# connect_as <hostnqn> <hostid>: nvme connect to our subsystem as that host; prints nvmeX.
+# connect_as <hostnqn> <hostid> [nvme connect options]: nvme connect to our subsystem as that
+# host; prints nvmeX.
 connect_as() {
     # shellcheck disable=SC2034 # host_connect (guest_lib.sh) connects to $NQN
     NQN=$OUR_NQN
-    host_connect_tcp "$ADDR" "$SVC" --hostnqn="$1" --hostid="$2"
+    _hn=$1 _hi=$2
+    shift 2
+    host_connect_tcp "$ADDR" "$SVC" --hostnqn="$_hn" --hostid="$_hi" "$@"
 }
 
 # Subsystem NQNs `nvme discover` as <hostnqn> lists, one a line.
@@ -83,9 +87,9 @@ stop_target() {
     [ $_rc = 0 ] || { cat "$work/target.err"; fail "target exited $_rc on SIGTERM"; }
 }
 
-case_allowed_host_moves_data() {
-    step "the allowed host connects and reads back what it wrote"
-    c=$(connect_as "$ALLOWED" "$ALLOWED_ID") || { dmesg | tail -n 5; fail "nvme connect as $ALLOWED"; }
+case_allowed_host_moves_data() { # [nvme connect options, e.g. DH-HMAC-CHAP secrets]
+    step "the allowed host connects and reads back what it wrote $*"
+    c=$(connect_as "$ALLOWED" "$ALLOWED_ID" "$@") || { dmesg | tail -n 5; fail "nvme connect as $ALLOWED $*"; }
     [ "$(cat /sys/class/nvme/"$c"/subsysnqn)" = "$OUR_NQN" ] || fail "$c subsysnqn is not $OUR_NQN"
     [ "$(cat /sys/class/nvme/"$c"/hostnqn)" = "$ALLOWED" ] || fail "$c hostnqn is not $ALLOWED"
     dev=/dev/${c}n1
@@ -138,6 +142,35 @@ grep -q "only this host may connect: $ALLOWED" "$work/target.out" || fail "the t
 for c in case_allowed_host_moves_data case_refused_host case_discovery_per_host; do
     $c
 done
+host_disconnect_all || fail "controllers left at the end"
+stop_target
+
+# DH-HMAC-CHAP: Linux's host authenticates to our target with the keys nvme-cli makes.
+case_dhchap_wrong_key() {
+    step "DH-HMAC-CHAP: a wrong key is refused"
+    wrong=$(nvme gen-dhchap-key --nqn="$ALLOWED" --hmac=1 --key-length=32) || fail "nvme gen-dhchap-key"
+    dmesg -c >/dev/null
+    if connect_as "$ALLOWED" "$ALLOWED_ID" --dhchap-secret="$wrong" >"$work/wrong.out" 2>&1; then
+        cat "$work/wrong.out"
+        fail "nvme connect with a wrong DH-HMAC-CHAP key succeeded"
+    fi
+    cat "$work/wrong.out"
+    dmesg | tail -n 5
+    [ -z "$(ls /sys/class/nvme 2>/dev/null)" ] || fail "a controller is left after the refused key"
+    grep -qi "authentication failed\|DH-HMAC-CHAP" "$work/target.err" ||
+        { cat "$work/target.err"; fail "the target did not log the failed authentication"; }
+}
+hkey=$(nvme gen-dhchap-key --nqn="$ALLOWED" --hmac=1 --key-length=32) || fail "nvme gen-dhchap-key"
+ckey=$(nvme gen-dhchap-key --nqn="$OUR_NQN" --hmac=3 --key-length=64) || fail "nvme gen-dhchap-key"
+start_target --host-key "$ALLOWED=$hkey" --host-ctrl-key "$ALLOWED=$ckey"
+case_allowed_host_moves_data --dhchap-secret="$hkey"
+case_allowed_host_moves_data --dhchap-secret="$hkey" --dhchap-ctrl-secret="$ckey"
+case_dhchap_wrong_key
+step "DH-HMAC-CHAP: a host without a key is refused by a target that asks for one"
+if connect_as "$ALLOWED" "$ALLOWED_ID" >"$work/nokey.out" 2>&1; then
+    cat "$work/nokey.out"
+    fail "nvme connect without a key succeeded against a target requiring DH-HMAC-CHAP"
+fi
 host_disconnect_all || fail "controllers left at the end"
 stop_target
 step "pass"
