@@ -89,7 +89,8 @@ stop_target() {
 
 case_allowed_host_moves_data() { # [nvme connect options, e.g. DH-HMAC-CHAP secrets]
     step "the allowed host connects and reads back what it wrote $*"
-    c=$(connect_as "$ALLOWED" "$ALLOWED_ID" "$@") || { dmesg | tail -n 5; fail "nvme connect as $ALLOWED $*"; }
+    c=$(connect_as "$ALLOWED" "$ALLOWED_ID" "$@") ||
+        { dmesg | tail -n 8; cat "$work/target.err"; fail "nvme connect as $ALLOWED $*"; }
     [ "$(cat /sys/class/nvme/"$c"/subsysnqn)" = "$OUR_NQN" ] || fail "$c subsysnqn is not $OUR_NQN"
     [ "$(cat /sys/class/nvme/"$c"/hostnqn)" = "$ALLOWED" ] || fail "$c hostnqn is not $ALLOWED"
     dev=/dev/${c}n1

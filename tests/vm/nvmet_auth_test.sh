@@ -17,8 +17,9 @@ step() { echo "nvmet_auth_test: $*"; }
 [ -e "$NVMET/hosts" ] || skip "nvmet has no hosts directory"
 mkdir "$hostdir" || fail "cannot create the nvmet host entry"
 [ -e "$hostdir/dhchap_key" ] || skip "nvmet of $(uname -r) has no DH-HMAC-CHAP (dhchap_key missing)"
-ln -s "$hostdir" "$sub/allowed_hosts/$HOST" || fail "cannot allow $HOST on $NQN"
+# nvmet takes no allowed host while any host may connect.
 echo 0 >"$sub/attr_allow_any_host" || fail "cannot close $NQN to other hosts"
+ln -s "$hostdir" "$sub/allowed_hosts/$HOST" || fail "cannot allow $HOST on $NQN"
 
 key() { # <hmac 0-3> <length>: a fresh secret for HOST in the interchange form
     nvme gen-dhchap-key --nqn="$HOST" --hmac="$1" --key-length="$2" || fail "nvme gen-dhchap-key"
