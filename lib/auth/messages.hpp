@@ -18,8 +18,8 @@
 namespace nvmeof::auth {
 
 /// The fabrics Authentication Send/Receive fields for DH-HMAC-CHAP.
-inline constexpr uint8_t kFctypeAuthSend = 0x05;
-inline constexpr uint8_t kFctypeAuthReceive = 0x06;
+inline constexpr uint8_t kFctypeAuthSend = fctype::kAuthenticationSend;
+inline constexpr uint8_t kFctypeAuthReceive = fctype::kAuthenticationReceive;
 inline constexpr uint8_t kSecpDhchap = 0xe9;  ///< SECP: NVMe in-band authentication
 inline constexpr uint8_t kSpspDhchap = 0x01;  ///< SPSP0 and SPSP1
 /// Connect response DW0 bit 17 (AUTHREQ.ATR): the host must authenticate the queue.
