@@ -54,6 +54,37 @@ struct Session::Impl {
     return 1;
   }
 
+  // OpenSSL's key log (NSS format): "<LABEL> <client random hex> <secret hex>". Only the two
+  // first application traffic secrets are kept, and only when asked for (kernel TLS).
+  static void keylog(const SSL* ssl, const char* line) {
+    auto* self = static_cast<Session*>(SSL_get_app_data(ssl));
+    if (self == nullptr || !self->cfg_.keep_traffic_secrets) return;
+    const std::string_view l(line);
+    SecretBytes* into = nullptr;
+    constexpr std::string_view kClient = "CLIENT_TRAFFIC_SECRET_0 ";
+    constexpr std::string_view kServer = "SERVER_TRAFFIC_SECRET_0 ";
+    if (l.substr(0, kClient.size()) == kClient) into = &self->client_secret_;
+    if (l.substr(0, kServer.size()) == kServer) into = &self->server_secret_;
+    if (into == nullptr) return;
+    const size_t sp = l.rfind(' ');
+    const std::string_view hex = l.substr(sp + 1);
+    if (hex.size() % 2 != 0 || hex.size() > 2 * EVP_MAX_MD_SIZE) return;
+    SecretBytes out(hex.size() / 2);
+    auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int hi = nibble(hex[2 * i]);
+      const int lo = nibble(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0) return;
+      out.data()[i] = static_cast<uint8_t>(hi << 4 | lo);
+    }
+    *into = std::move(out);
+  }
+
   static int find_session(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess) {
     auto* self = static_cast<Session*>(SSL_get_app_data(ssl));
     *sess = nullptr;
@@ -138,6 +169,7 @@ Result<std::unique_ptr<Session>> Session::create(SessionConfig cfg) {
                   SSL_CTX_set_ciphersuites(ctx, list.c_str()) == 1 &&
                   SSL_CTX_set_num_tickets(ctx, 0) == 1;
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  if (s->cfg_.keep_traffic_secrets) SSL_CTX_set_keylog_callback(ctx, &Impl::keylog);
   if (ok) s->ssl_ = SSL_new(ctx);
   SSL_CTX_free(ctx);  // the SSL keeps its own reference
   if (s->ssl_ == nullptr) {
@@ -303,6 +335,10 @@ Result<size_t> Session::read(std::span<uint8_t> out) {
   detail_ = buf;
   ERR_clear_error();
   return fail(TlsErrc::record_error);
+}
+
+size_t Session::input_buffered() const noexcept {
+  return BIO_ctrl_pending(rbio_) + static_cast<size_t>(std::max(0, SSL_pending(ssl_)));
 }
 
 size_t Session::output_pending() const noexcept { return BIO_ctrl_pending(wbio_); }

@@ -93,6 +93,10 @@ struct SessionConfig {
   std::vector<CipherSuite> server_suites;
   /// The handshake fails with handshake_timeout once this much time has passed since create().
   std::chrono::milliseconds handshake_timeout{10000};
+  /// Keeps both directions' application traffic secrets (OpenSSL's key log) so that the
+  /// connection can be handed to kernel TLS after the handshake (ktls.hpp). Off by default:
+  /// then no secret beyond the PSK is held outside OpenSSL.
+  bool keep_traffic_secrets = false;
 
   static SessionConfig client(TlsPsk psk);
   static SessionConfig server(PskLookup lookup, std::vector<CipherSuite> suites = {});
@@ -144,6 +148,14 @@ class Session {
   const std::string& error_detail() const noexcept { return detail_; }
   /// The OpenSSL SSL object (for kernel TLS set-up after the handshake, ktls.hpp).
   void* native_handle() const noexcept { return ssl_; }
+  /// With SessionConfig::keep_traffic_secrets, once established: the first application
+  /// traffic secrets (RFC 8446 7.1, client_/server_application_traffic_secret_0); else empty.
+  const SecretBytes& client_traffic_secret() const noexcept { return client_secret_; }
+  const SecretBytes& server_traffic_secret() const noexcept { return server_secret_; }
+  /// Received bytes not yet returned by read(): ciphertext in the input BIO plus decrypted
+  /// plaintext OpenSSL holds. Non-zero means a hand-off to kernel TLS would lose them.
+  size_t input_buffered() const noexcept;
+  Role role() const noexcept { return cfg_.role; }
 
   struct Impl;
 
@@ -164,6 +176,8 @@ class Session {
   CipherSuite suite_ = CipherSuite::aes_128_gcm_sha256;
   std::string identity_;
   std::string detail_;
+  SecretBytes client_secret_;
+  SecretBytes server_secret_;
 };
 
 }  // namespace nvmeof::tls

@@ -27,6 +27,7 @@ class TlsCategory final : public std::error_category {
       case TlsErrc::record_error: return "TLS record failed to decrypt";
       case TlsErrc::not_established: return "TLS session not established";
       case TlsErrc::io_error: return "TLS socket I/O failed";
+      case TlsErrc::ktls_unavailable: return "kernel TLS unavailable for this connection";
     }
     return "unknown TLS error " + std::to_string(v);
   }

@@ -24,6 +24,7 @@ enum class TlsErrc {
   record_error,        ///< a TLS record failed to decrypt or verify after the handshake
   not_established,     ///< data offered before the handshake finished
   io_error,            ///< the socket failed (blocking helper only)
+  ktls_unavailable,    ///< kernel TLS cannot take this connection (no ULP, keys refused, data buffered)
 };
 
 const std::error_category& tls_category() noexcept;

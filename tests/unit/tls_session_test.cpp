@@ -2,9 +2,11 @@
 // reactor drives it) and through the blocking SocketStream over a socketpair.
 #include <catch2/catch.hpp>
 
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <optional>
 #include <random>
 #include <thread>
@@ -359,6 +361,145 @@ TEST_CASE("kernel TLS probe reads the ULP list", "[tls][ktls]") {
   const KtlsSupport here = probe_ktls();
   INFO("this kernel's ULPs: " << here.available_ulps << "; libssl KTLS: " << here.openssl_ktls);
   CHECK(here.openssl_ktls);  // Debian's libssl 3.0 is built with KTLS
+}
+
+namespace {
+
+// One TLS 1.3 record (RFC 8446 5.2) protected with `d` at sequence `seq`, done with EVP
+// AES-GCM directly: what the kernel's record layer computes with the keys traffic_keys() gave.
+std::vector<uint8_t> seal_record(const DirectionKeys& d, uint64_t seq, std::span<const uint8_t> plain) {
+  uint8_t nonce[12];
+  std::memcpy(nonce, d.iv.data(), 12);
+  for (int i = 0; i < 8; ++i) nonce[4 + i] ^= static_cast<uint8_t>(seq >> (8 * (7 - i)));
+  std::vector<uint8_t> inner(plain.begin(), plain.end());
+  inner.push_back(0x17);  // application_data
+  const size_t len = inner.size() + 16;
+  std::vector<uint8_t> rec = {0x17, 0x03, 0x03, static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len)};
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  REQUIRE(EVP_EncryptInit_ex(ctx, d.key.size() == 32 ? EVP_aes_256_gcm() : EVP_aes_128_gcm(), nullptr,
+                             d.key.data(), nonce) == 1);
+  int n = 0;
+  REQUIRE(EVP_EncryptUpdate(ctx, nullptr, &n, rec.data(), 5) == 1);
+  rec.resize(5 + len);
+  REQUIRE(EVP_EncryptUpdate(ctx, rec.data() + 5, &n, inner.data(), static_cast<int>(inner.size())) == 1);
+  REQUIRE(EVP_EncryptFinal_ex(ctx, rec.data() + 5 + n, &n) == 1);
+  REQUIRE(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, rec.data() + 5 + inner.size()) == 1);
+  EVP_CIPHER_CTX_free(ctx);
+  return rec;
+}
+
+// The inverse: the content of one record, or nullopt when it does not verify.
+std::optional<std::vector<uint8_t>> open_record(const DirectionKeys& d, uint64_t seq, std::span<const uint8_t> rec) {
+  if (rec.size() < 5 + 17) return std::nullopt;
+  uint8_t nonce[12];
+  std::memcpy(nonce, d.iv.data(), 12);
+  for (int i = 0; i < 8; ++i) nonce[4 + i] ^= static_cast<uint8_t>(seq >> (8 * (7 - i)));
+  const size_t clen = rec.size() - 5 - 16;
+  std::vector<uint8_t> out(clen);
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  EVP_DecryptInit_ex(ctx, d.key.size() == 32 ? EVP_aes_256_gcm() : EVP_aes_128_gcm(), nullptr, d.key.data(), nonce);
+  int n = 0;
+  EVP_DecryptUpdate(ctx, nullptr, &n, rec.data(), 5);
+  EVP_DecryptUpdate(ctx, out.data(), &n, rec.data() + 5, static_cast<int>(clen));
+  EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, const_cast<uint8_t*>(rec.data() + 5 + clen));
+  const bool ok = EVP_DecryptFinal_ex(ctx, out.data() + n, &n) == 1;
+  EVP_CIPHER_CTX_free(ctx);
+  if (!ok || out.empty() || out.back() != 0x17) return std::nullopt;
+  out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kernel TLS keys: derived from OpenSSL's secrets, they open and seal its records", "[tls][ktls]") {
+  for (PskHash h : {PskHash::sha256, PskHash::sha384}) {
+    const TlsPsk psk = tls_psk(h);
+    SessionConfig ccfg = SessionConfig::client(psk);
+    ccfg.keep_traffic_secrets = true;
+    SessionConfig scfg = SessionConfig::server(lookup_for(psk));
+    scfg.keep_traffic_secrets = true;
+    auto c = Session::create(std::move(ccfg));
+    auto s = Session::create(std::move(scfg));
+    REQUIRE(c);
+    REQUIRE(s);
+    auto [rc, rs] = handshake_in_memory(**c, **s);
+    REQUIRE(rc);
+    REQUIRE(rs);
+    CHECK((*c)->client_traffic_secret().size() == hash_size(h));
+    CHECK((*c)->server_traffic_secret() == (*s)->server_traffic_secret());
+    CHECK((*c)->input_buffered() == 0);
+    auto ck = traffic_keys(**c);
+    auto sk = traffic_keys(**s);
+    REQUIRE(ck);
+    REQUIRE(sk);
+    CHECK(ck->tx.key.size() == (h == PskHash::sha384 ? 32u : 16u));
+    CHECK(ck->tx.key == sk->rx.key);
+    CHECK(ck->rx.iv == sk->tx.iv);
+    CHECK_FALSE(ck->tx.key == ck->rx.key);
+
+    // The server's records (OpenSSL's record layer), opened with the client's receive keys at
+    // sequences 0, 1, 2: what the kernel does after the hand-off.
+    for (uint64_t seq = 0; seq < 3; ++seq) {
+      const auto msg = pattern(100 + seq * 1000, static_cast<uint32_t>(seq));
+      REQUIRE((*s)->write(msg));
+      std::vector<uint8_t> rec((*s)->output_pending());
+      (*s)->take_output(rec);
+      auto got = open_record(ck->rx, seq, rec);
+      REQUIRE(got);
+      CHECK(*got == msg);
+      // A wrong sequence or the other direction's keys do not open it (the negative control).
+      CHECK_FALSE(open_record(ck->rx, seq + 1, rec));
+      CHECK_FALSE(open_record(ck->tx, seq, rec));
+    }
+    // Records sealed with the client's send keys, read by OpenSSL's server.
+    for (uint64_t seq = 0; seq < 3; ++seq) {
+      const auto msg = pattern(4096, static_cast<uint32_t>(seq + 7));
+      const auto rec = seal_record(ck->tx, seq, msg);
+      (*s)->feed(rec);
+      std::vector<uint8_t> out(8192);
+      auto n = (*s)->read(out);
+      REQUIRE(n);
+      REQUIRE(*n == msg.size());
+      out.resize(*n);
+      CHECK(out == msg);
+    }
+  }
+}
+
+TEST_CASE("kernel TLS hand-off refuses what it cannot take", "[tls][ktls]") {
+  const TlsPsk psk = tls_psk(PskHash::sha256);
+  // Secrets not kept: no keys.
+  auto c = Session::create(SessionConfig::client(psk));
+  auto s = Session::create(SessionConfig::server(lookup_for(psk)));
+  REQUIRE(c);
+  REQUIRE(s);
+  CHECK(traffic_keys(**c).error() == TlsErrc::not_established);
+  auto [rc, rs] = handshake_in_memory(**c, **s);
+  REQUIRE(rc);
+  CHECK((*c)->client_traffic_secret().empty());
+  CHECK(traffic_keys(**c).error() == TlsErrc::ktls_unavailable);
+
+  // Kept, but a record is already buffered: the hand-off would lose it.
+  SessionConfig ccfg = SessionConfig::client(psk);
+  ccfg.keep_traffic_secrets = true;
+  auto c2 = Session::create(std::move(ccfg));
+  auto s2 = Session::create(SessionConfig::server(lookup_for(psk)));
+  auto [rc2, rs2] = handshake_in_memory(**c2, **s2);
+  REQUIRE(rc2);
+  REQUIRE((*s2)->write(pattern(10, 1)));
+  pump(**s2, **c2);
+  CHECK((*c2)->input_buffered() > 0);
+  std::string why;
+  CHECK(enable_ktls(-1, **c2, &why).error() == TlsErrc::ktls_unavailable);
+  CHECK(why.find("buffered") != std::string::npos);
+
+  // A socket that is not TCP: the kernel refuses the ULP, the error says so.
+  SocketPair sp;
+  auto keys = traffic_keys(**c2);
+  REQUIRE(keys);
+  why.clear();
+  CHECK(install_ktls(sp.fd[0], *keys, &why).error() == TlsErrc::ktls_unavailable);
+  CHECK(why.find("TCP_ULP") != std::string::npos);
 }
 
 TEST_CASE("the NVMe PSK lookup derives the key from the identity", "[tls][session]") {

@@ -230,9 +230,11 @@ else
     say "sch_netem is not in $kver; netem_delay will report unsupported"
 fi
 # 6.12: the kernel TLS module NVMe/TCP TLS would need (nvme-auth and nvme-keyring come as
-# dependencies of nvme-core and nvmet; the DH and hash algorithms are built in).
+# dependencies of nvme-core and nvmet; the DH and hash algorithms are built in), and the
+# AES-GCM its record layer asks the crypto API for (gcm and ghash are modules, AES and CTR are
+# built in): soft dependencies again, listed by hand.
 if [ "$series" = 6.12 ]; then
-    modules+=(tls)
+    modules+=(tls ghash-generic gcm)
 fi
 for m in "${modules[@]}"; do
     modprobe -d "$ktree" -S "$kver" --show-depends "$m" ||
