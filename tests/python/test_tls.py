@@ -3,6 +3,7 @@ TLS 1.3 against the embedded target's TLS-only ports and moves verified data; an
 raises PermissionError, no key on a TLS-only port too, a malformed key ValueError."""
 import base64
 import os
+import time
 import zlib
 
 import pytest
@@ -17,6 +18,16 @@ def tls_key(key: bytes, hash_id: str = "01") -> str:
     """The NVMe TLS PSK interchange form: base64 of the key and its CRC-32 (little-endian)."""
     crc = zlib.crc32(key).to_bytes(4, "little")
     return f"NVMeTLSkey-1:{hash_id}:" + base64.b64encode(key + crc).decode() + ":"
+
+
+def eventually(pred, timeout=5.0):
+    """The target counts a refusal on its connection thread, maybe after the host saw it."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def test_volume_through_tls_moves_data(tmp_path):
@@ -46,10 +57,10 @@ def test_wrong_missing_or_malformed_key_is_refused():
     try:
         with pytest.raises(PermissionError):
             nvmeof.Volume(t.addresses, nqn=t.nqn, hostnqn=HOST, tls_psk=tls_key(os.urandom(32)))
-        assert t.port_stats(0)["tls_failures"] >= 1
+        assert eventually(lambda: t.port_stats(0)["tls_failures"] >= 1)
         with pytest.raises(PermissionError):
             nvmeof.Volume(t.addresses, nqn=t.nqn, hostnqn=HOST)
-        assert t.port_stats(0)["tls_plaintext_refused"] >= 1
+        assert eventually(lambda: t.port_stats(0)["tls_plaintext_refused"] >= 1)
         with pytest.raises(ValueError):
             nvmeof.Volume(t.addresses, nqn=t.nqn, hostnqn=HOST, tls_psk="NVMeTLSkey-1:01:bad:")
     finally:
