@@ -190,6 +190,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   std::unique_ptr<tls::SocketStream> tls_;
   // Ciphertext taken out of the session, [tls_tx_off_, tls_tx_len_) not sent yet.
   std::vector<uint8_t> tls_tx_ = std::vector<uint8_t>(64u << 10);
+  std::vector<uint8_t> tls_rx_ = std::vector<uint8_t>(64u << 10);  // received ciphertext
   size_t tls_tx_off_ = 0;
   size_t tls_tx_len_ = 0;
   tls::Session* tls_session_ = nullptr;  // tls_'s session

@@ -79,18 +79,28 @@ ssize_t TcpConnection::wire_recv(uint8_t* buf, size_t len) {
     if (!open_secure_channel()) return 0;  // seen as the host closing
   }
   if (!tls_) return ::recv(fd_, buf, len, MSG_DONTWAIT);
-  auto n = tls_->try_read({buf, len});
-  if (!n) {
-    if (n.error() == tls::TlsErrc::peer_closed) return 0;
-    log("TLS receive failed", n.error().message().c_str());
-    errno = EPROTO;
-    return -1;
+  // Through the session directly (not SocketStream::try_read, whose blocking flush would put
+  // an answer to a post-handshake message ahead of ciphertext still waiting in tls_tx_).
+  tls::Session& s = *tls_session_;
+  for (;;) {
+    auto n = s.read({buf, len});
+    if (s.output_pending() > 0 && !send_pending_ciphertext()) return -1;
+    if (!n) {
+      if (n.error() == tls::TlsErrc::peer_closed) return 0;
+      log("TLS receive failed", s.error_detail().c_str());
+      errno = EPROTO;
+      return -1;
+    }
+    if (*n > 0) return static_cast<ssize_t>(*n);
+    const ssize_t r = ::recv(fd_, tls_rx_.data(), tls_rx_.size(), MSG_DONTWAIT);
+    if (r > 0) {
+      s.feed({tls_rx_.data(), static_cast<size_t>(r)});
+    } else if (r == 0 || errno == ECONNRESET) {
+      s.peer_closed();
+    } else {
+      return -1;  // EAGAIN (nothing yet), EINTR, or the socket's error
+    }
   }
-  if (*n == 0) {
-    errno = EAGAIN;
-    return -1;
-  }
-  return static_cast<ssize_t>(*n);
 }
 
 ssize_t TcpConnection::wire_send(const uint8_t* buf, size_t len) {
