@@ -42,6 +42,16 @@ void print_error(const char* what, const std::error_code& ec) {
 Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
   TargetPort port;
   port.trsvcid = "0";
+  const std::string tls = o.tls.empty() ? (o.tls_psk.empty() ? "none" : "required") : o.tls;
+  port.tls = tls == "required" ? PortTls::required : tls == "not-required" ? PortTls::not_required : PortTls::none;
+  if (port.tls != PortTls::none) {
+    // The target takes the key's text; @FILE is read here as the host reads it.
+    port.tls_psk = o.tls_psk;
+    if (o.tls_psk.starts_with('@')) {
+      std::ifstream f(o.tls_psk.substr(1));
+      std::getline(f, port.tls_psk);
+    }
+  }
   TargetSubsystem sub;
   sub.nqn = o.nqn;
   sub.namespaces[0].size_bytes = kEmbeddedNamespaceBytes;
@@ -210,6 +220,7 @@ int main(int argc, char** argv) {
   }
   vo.connect.subnqn = o.nqn;
   vo.connect.digest = o.digest;
+  vo.connect.tls_psk = o.tls_psk;
   vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
   vo.selector = o.selector;
   vo.reactors = o.reactors;

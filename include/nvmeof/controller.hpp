@@ -47,6 +47,13 @@ enum class Digest : uint8_t { none = 0, header = 1, data = 2, both = 3 };
 /// a write may move only 2 x KATO + CQT after the loss, 3 x KATO + CQT with TBKAS).
 inline constexpr uint32_t kKatoShortest = 0xffffffffu;
 
+/// ConnectOptions::tls: whether NVMe/TCP queues run inside TLS 1.3 (the secure channel).
+enum class TlsUse : uint8_t {
+  when_keyed,  ///< TLS exactly when ConnectOptions::tls_psk is set (the default)
+  off,         ///< never, even with a key (a port that requires TLS then refuses the host)
+  on,          ///< always: without tls_psk, connect() fails with invalid_argument
+};
+
 struct ConnectOptions {
   std::string subnqn;                 ///< required (kDiscoveryNqn for a discovery controller)
   /// default: "nqn.2014-08.org.nvmexpress:uuid:<hostid as a UUID>"
@@ -71,6 +78,18 @@ struct ConnectOptions {
   /// The controller's secret (same forms): set, the host also authenticates the controller
   /// (bidirectional). Needs dhchap_secret.
   std::string dhchap_ctrl_secret;
+  /// NVMe/TCP TLS 1.3 with a pre-shared key (the secure channel, before ICReq; every queue of
+  /// the controller, again on every reconnect): the configured PSK in the interchange form
+  /// `nvme gen-tls-key` prints (`NVMeTLSkey-1:0X:<base64>:`), or `@PATH` of a file holding
+  /// one. The host offers the identity "NVMe0R0X <hostnqn> <subnqn>" with the TLS PSK derived
+  /// from it (X: the key's hash; 01 selects TLS_AES_128_GCM_SHA256, 02 TLS_AES_256_GCM_SHA384).
+  /// A malformed key fails connect() with invalid_argument. Errors a connection can then meet:
+  /// Errc::tls_handshake_failed (the controller refused the PSK: another key or identity, or no
+  /// common suite), Errc::tls_not_offered (the port answered in plaintext: it does not speak
+  /// TLS), timeout (no handshake within connect_timeout). Without TLS, a port that requires it
+  /// closes the connection after the ICReq: Errc::tls_required. RDMA has no TLS: unsupported.
+  std::string tls_psk;
+  TlsUse tls = TlsUse::when_keyed;
 };
 
 /// The control-plane thread: one Boost.Asio io_context that owns every admin queue, sends

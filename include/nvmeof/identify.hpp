@@ -123,7 +123,8 @@ struct DiscoveryEntry {
   uint8_t trtype = 0;   ///< 1 rdma, 3 tcp
   uint8_t adrfam = 0;   ///< 1 ipv4, 2 ipv6
   uint8_t subtype = 0;  ///< 1 referral, 2 nvme, 3 current discovery
-  uint8_t treq = 0;
+  uint8_t treq = 0;     ///< bits 1:0 secure channel: 0 not specified, 1 required, 2 not required
+  uint8_t sectype = 0;  ///< TSAS SECTYPE of a TCP entry: 0 none, 1 TLS 1.2, 2 TLS 1.3
   uint16_t portid = 0;
   uint16_t cntlid = 0;
   uint16_t asqsz = 0;

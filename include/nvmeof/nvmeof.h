@@ -95,7 +95,20 @@ typedef struct nvmeof_volume_options {
   const char* dhchap_secret;
   /* The controller's secret (same forms) for bidirectional authentication; NULL: none. */
   const char* dhchap_ctrl_secret;
+  /* NVMe/TCP TLS 1.3 with a pre-shared key: the configured PSK as `nvme gen-tls-key` prints it
+   * ("NVMeTLSkey-1:0X:...:") or "@PATH" of a file holding one; NULL: plaintext. Every queue of
+   * every TCP path runs its handshake before the ICReq, again on each reconnect. A refused key
+   * fails the open with -EACCES (so does a plaintext open of a port that requires TLS); a port
+   * that does not offer TLS, with -EPROTONOSUPPORT; a malformed key, with -EINVAL. */
+  const char* tls_psk;
+  uint32_t tls;                 /* enum nvmeof_tls, default NVMEOF_TLS_WHEN_KEYED */
 } nvmeof_volume_options;
+
+enum nvmeof_tls {
+  NVMEOF_TLS_WHEN_KEYED = 0, /* TLS exactly when tls_psk is set */
+  NVMEOF_TLS_OFF = 1,        /* never, even with a key */
+  NVMEOF_TLS_ON = 2,         /* always: without tls_psk the open fails with -EINVAL */
+};
 
 #define NVMEOF_KATO_SHORTEST 0xffffffffu
 

@@ -106,6 +106,9 @@ enum class Errc {
   keep_alive_timeout,     ///< no command arrived within the keep-alive timeout
   authentication_failed,  ///< DH-HMAC-CHAP failed: a wrong key, or no hash or DH group in common
   authentication_required,  ///< the controller requires in-band authentication, no key is set
+  tls_handshake_failed,   ///< NVMe/TCP TLS: the controller refused the PSK (key, identity) or suite
+  tls_not_offered,        ///< NVMe/TCP TLS: the port answered the ClientHello in plaintext or closed
+  tls_required,           ///< a plaintext connection closed right after its ICReq: the port requires TLS
 };
 
 const std::error_category& nvmeof_category() noexcept;

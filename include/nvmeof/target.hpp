@@ -240,6 +240,9 @@ struct PortStats {
   /// Queues whose DH-HMAC-CHAP failed: a wrong key, no common hash or group, a malformed
   /// message, a Failure2 from the host, or the auth_timeout (each is logged to stderr).
   uint64_t auth_failures = 0;
+  uint64_t tls_sessions = 0;        ///< connections whose TLS handshake completed
+  uint64_t tls_failures = 0;        ///< TLS handshakes that failed (wrong PSK, unknown identity)
+  uint64_t tls_plaintext_refused = 0;  ///< plaintext connections a TLS-only port closed
 };
 
 /// A running target; stop() or the destructor ends it.

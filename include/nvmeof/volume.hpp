@@ -218,7 +218,11 @@ class Volume {
   /// cannot be reached at open is kept and reconnected in the background; open fails only when
   /// no path can be opened (the first path's error is returned).
   static Result<std::unique_ptr<Volume>> open(const VolumeOptions& opts);
-  /// Opens every subsystem path a discovery controller lists for `opts.connect.subnqn`.
+  /// Opens every subsystem path a discovery controller lists for `opts.connect.subnqn`. With a
+  /// TLS key (ConnectOptions::tls_psk) the discovery controller is reached through TLS (in
+  /// plaintext when its port does not offer TLS and tls is when_keyed) and the paths are the
+  /// TCP entries that offer TLS 1.3 (TSAS SECTYPE); without, those that do not require it
+  /// (TREQ). Errc::tls_required / tls_not_offered when that leaves none for that reason.
   static Result<std::unique_ptr<Volume>> open_discovered(const TransportAddress& discovery,
                                                          VolumeOptions opts);
   ~Volume();  ///< waits for in-flight I/O (bounded by no_path_timeout), then tears down

@@ -155,6 +155,9 @@ int to_errno(std::error_code ec) noexcept {
       case Errc::unsupported: return -EOPNOTSUPP;
       case Errc::authentication_required: return -EACCES;
       case Errc::authentication_failed: return -EACCES;
+      case Errc::tls_handshake_failed: return -EACCES;
+      case Errc::tls_required: return -EACCES;
+      case Errc::tls_not_offered: return -EPROTONOSUPPORT;
       default: return -EPROTO;
     }
   }
@@ -170,6 +173,13 @@ bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
   if (o->hostnqn) vo.connect.hostnqn = o->hostnqn;
   if (o->dhchap_secret) vo.connect.dhchap_secret = o->dhchap_secret;
   if (o->dhchap_ctrl_secret) vo.connect.dhchap_ctrl_secret = o->dhchap_ctrl_secret;
+  if (o->tls_psk) vo.connect.tls_psk = o->tls_psk;
+  switch (o->tls) {
+    case NVMEOF_TLS_WHEN_KEYED: vo.connect.tls = TlsUse::when_keyed; break;
+    case NVMEOF_TLS_OFF: vo.connect.tls = TlsUse::off; break;
+    case NVMEOF_TLS_ON: vo.connect.tls = TlsUse::on; break;
+    default: return false;
+  }
   vo.nsid = o->nsid;
   vo.reactors = o->reactors;
   switch (o->selector) {

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "control/controller_access.hpp"
 #include "core/node_memory.hpp"
 #include "fabric/admin.hpp"
+#include "tls/psk.hpp"
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
 #include "core/log.hpp"
@@ -84,6 +87,7 @@ struct PairParams {
   uint32_t recv_buffer = 256u << 10;  // TCP only
   std::function<void()> on_destroy;
   fabric::Authenticator authenticate;  // DH-HMAC-CHAP after Connect, when the options have a key
+  std::shared_ptr<const tls::TlsPsk> tls;  // NVMe/TCP secure channel (null: plaintext)
 };
 
 // A connected pair before start(), whatever its transport.
@@ -145,6 +149,44 @@ Result<fabric::Authenticator> make_authenticator(const ConnectOptions& o) {
       });
 }
 
+// The TLS PSK every NVMe/TCP queue of the controller offers (ConnectOptions::tls_psk, the
+// interchange form or "@PATH"), derived once for (hostnqn, subnqn); null without TLS.
+Result<std::shared_ptr<const tls::TlsPsk>> make_tls(const ConnectOptions& o, const TransportAddress& addr) {
+  const bool want = o.tls == TlsUse::on || (o.tls == TlsUse::when_keyed && !o.tls_psk.empty());
+  if (!want) return std::shared_ptr<const tls::TlsPsk>{};
+  if (o.tls_psk.empty()) {
+    nvmeof::detail::log_warning("nvmeof: tls is on but no tls_psk is set\n");
+    return Errc::invalid_argument;
+  }
+  if (addr.transport != Transport::tcp) {
+    nvmeof::detail::log_warning("nvmeof: %s: TLS is defined for NVMe/TCP only\n", addr.to_string().c_str());
+    return Errc::unsupported;
+  }
+  std::string text = o.tls_psk;
+  if (text.starts_with('@')) {
+    std::ifstream f(text.substr(1));
+    if (!f) {
+      nvmeof::detail::log_warning("nvmeof: tls_psk: cannot read %s\n", text.c_str() + 1);
+      return Errc::invalid_argument;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  }
+  auto configured = tls::parse_interchange(text);
+  if (!configured) {
+    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", configured.error().message().c_str());
+    return Errc::invalid_argument;
+  }
+  auto psk = tls::derive_tls_psk(*configured, o.hostnqn, o.subnqn);
+  if (!psk) {
+    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", psk.error().message().c_str());
+    return Errc::invalid_argument;
+  }
+  return std::shared_ptr<const tls::TlsPsk>(std::make_shared<tls::TlsPsk>(std::move(*psk)));
+}
+
 // The fields every fabric's queue pair configuration shares.
 template <class Config>
 void fill_fabric_config(Config& qc, const TransportAddress& addr, const ConnectOptions& o, PairParams& p) {
@@ -184,6 +226,7 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
   qc.host_iface = addr.host_iface;
   qc.digest = o.digest;
   qc.recv_buffer = p.recv_buffer;
+  qc.tls = p.tls;
   auto qp = tcp::QueuePair::connect(reactor, qc);
   if (!qp) return qp.error();
   tcp::QueuePair* raw = qp->get();
@@ -263,6 +306,7 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminCha
   std::atomic<bool> live{false};
   std::string label;
   fabric::Authenticator authenticate;  // every queue's post-connect step (empty: none)
+  std::shared_ptr<const tls::TlsPsk> tls;  // every TCP queue's secure channel (null: none)
 
   std::unique_ptr<QueuePair> admin_qp;
   std::unordered_map<AdminOp*, std::shared_ptr<AdminOp>> ops;
@@ -532,6 +576,8 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   if (opts.hostnqn.empty()) opts.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:" + uuid_string(opts.hostid);
   auto authenticator = make_authenticator(opts);
   if (!authenticator) return authenticator.error();
+  auto tls = make_tls(opts, addr);
+  if (!tls) return tls.error();
 
   ControlPlane::Impl& cp = ControllerAccess::impl(plane);
   PairParams pp;
@@ -541,12 +587,14 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   pp.cntlid = tcp::kAdminCntlid;
   pp.recv_buffer = 64u << 10;
   pp.authenticate = *authenticator;
+  pp.tls = *tls;
   auto np = connect_pair(*cp.reactor, addr, opts, std::move(pp));
   if (!np) return np.error();
 
   auto impl = std::make_shared<Impl>(cp, addr, opts);
   impl->kato = pp.kato_ms;
   impl->authenticate = std::move(*authenticator);
+  impl->tls = std::move(*tls);
   impl->label = np->label;
   impl->cntlid = np->cntlid;
   cp.call([&] {
@@ -663,6 +711,7 @@ Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uin
   pp.max_transfer = impl_->info.max_transfer;
   pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
   pp.authenticate = impl_->authenticate;
+  pp.tls = impl_->tls;
   // The transports place a pair's memory on the creating thread's node.
   const int saved_node = detail::thread_memory_node();
   if (memory_node >= 0) detail::set_thread_memory_node(memory_node);

@@ -236,6 +236,7 @@ Result<DiscoveryLog> parse_discovery_log(std::span<const uint8_t> raw) {
     d.adrfam = e.adrfam;
     d.subtype = e.subtype;
     d.treq = e.treq;
+    if (e.trtype == NVMF_TRTYPE_TCP) d.sectype = e.tsas.tcp.sectype;
     d.portid = e.portid;
     d.cntlid = e.cntlid;
     d.asqsz = e.asqsz;

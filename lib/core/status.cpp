@@ -82,6 +82,9 @@ class NvmeofCategory final : public std::error_category {
       case Errc::keep_alive_timeout: return "keep-alive timeout";
       case Errc::authentication_failed: return "authentication failed";
       case Errc::authentication_required: return "authentication required but no key configured";
+      case Errc::tls_handshake_failed: return "TLS handshake failed (PSK refused)";
+      case Errc::tls_not_offered: return "the port does not offer TLS";
+      case Errc::tls_required: return "the port requires TLS but no TLS PSK is configured";
     }
     return "unknown nvmeof error " + std::to_string(v);
   }

@@ -535,19 +535,43 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(const TransportAddress& 
   co.subnqn = kDiscoveryNqn;
   co.kato_ms = 0;
   auto ctrl = Controller::connect(cp, discovery, co);
+  const bool tls = opts.connect.tls == TlsUse::on ||
+                   (opts.connect.tls == TlsUse::when_keyed && !opts.connect.tls_psk.empty());
+  if (!ctrl && ctrl.error() == make_error_code(Errc::tls_not_offered) &&
+      opts.connect.tls == TlsUse::when_keyed) {
+    co.tls = TlsUse::off;  // a plaintext discovery port may still list TLS ports
+    ctrl = Controller::connect(cp, discovery, co);
+  }
   if (!ctrl) return ctrl.error();
   auto log = (*ctrl)->discovery_log();
   (*ctrl)->disconnect();
   if (!log) return log.error();
   opts.paths.clear();
+  // The secure channel is one choice for every path: with a key, the ports that offer TLS 1.3;
+  // without, the ports that do not require it.
+  constexpr uint8_t kTreqRequired = 1, kTreqChannelMask = 3, kSectypeTls13 = 2;
+  size_t need_tls = 0, no_tls = 0;
   for (const auto& e : log->entries) {
     if (e.subnqn != opts.connect.subnqn || e.trtype != 3) continue;  // TCP entries of our subsystem
+    if (tls && e.sectype != kSectypeTls13) {
+      ++no_tls;
+      nvmeof::detail::log_warning("nvmeof: discovery: %s:%s skipped: it does not offer TLS 1.3 (SECTYPE %u)\n",
+                                  e.traddr.c_str(), e.trsvcid.c_str(), unsigned{e.sectype});
+      continue;
+    }
+    if (!tls && (e.treq & kTreqChannelMask) == kTreqRequired) {
+      ++need_tls;
+      nvmeof::detail::log_warning("nvmeof: discovery: %s:%s skipped: it requires TLS and no tls_psk is set\n",
+                          e.traddr.c_str(), e.trsvcid.c_str());
+      continue;
+    }
     TransportAddress a;
     a.traddr = e.traddr;
     a.trsvcid = e.trsvcid;
     opts.paths.push_back(a);
   }
-  if (opts.paths.empty()) return Errc::no_path;
+  if (opts.paths.empty())
+    return need_tls ? Errc::tls_required : no_tls ? Errc::tls_not_offered : Errc::no_path;
   return open(opts);
 }
 

@@ -257,6 +257,9 @@ PortStats Port::stats() const noexcept {
   s.max_output_backlog = counters_.max_output_backlog.load(std::memory_order_relaxed);
   s.authentications = counters_.authentications.load(std::memory_order_relaxed);
   s.auth_failures = counters_.auth_failures.load(std::memory_order_relaxed);
+  s.tls_sessions = counters_.tls_sessions.load(std::memory_order_relaxed);
+  s.tls_failures = counters_.tls_failures.load(std::memory_order_relaxed);
+  s.tls_plaintext_refused = counters_.tls_plaintext_refused.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -106,6 +106,9 @@ class Port {
     std::atomic<uint64_t> max_output_backlog{0};
     std::atomic<uint64_t> authentications{0};
     std::atomic<uint64_t> auth_failures{0};
+    std::atomic<uint64_t> tls_sessions{0};
+    std::atomic<uint64_t> tls_failures{0};
+    std::atomic<uint64_t> tls_plaintext_refused{0};
   };
   Counters& counters() noexcept { return counters_; }
   PortStats stats() const noexcept;

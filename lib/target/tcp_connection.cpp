@@ -134,7 +134,8 @@ void TcpConnection::run() noexcept {
         break;
       }
       if (phase_ == Phase::closing) {
-        if (out_head_ == out_.size() && !write_shut_) {
+        if (backlog() == 0 && !write_shut_) {
+          wire_close();
           ::shutdown(fd_, SHUT_WR);
           write_shut_ = true;
         }
@@ -164,6 +165,7 @@ void TcpConnection::run() noexcept {
   stop_serving();
   const CloseKind k = close_request();
   if (k != CloseKind::stop && k != CloseKind::reset) linger_while_partitioned();
+  if (k != CloseKind::reset && !partitioned_ && !write_shut_) wire_close();  // a reset sends none
   close_socket();
 }
 
@@ -214,7 +216,7 @@ short TcpConnection::wait_for_events(uint64_t now) {
   } else {
     // With a full backlog the loop stops reading; polling for input would only spin.
     if ((phase_ != Phase::closing && !backlog_full()) || write_shut_) ev |= POLLIN;
-    if (out_head_ < out_.size()) ev |= POLLOUT;
+    if (backlog() > 0) ev |= POLLOUT;
   }
   uint64_t deadline = kato_deadline();
   // Delayed commands wait for the backlog too (run_due), so their due time must not spin us.
@@ -323,6 +325,10 @@ bool TcpConnection::flush() {
   out_.clear();
   out_head_ = 0;
   out_.shrink_if_idle(16u << 20);
+  // TLS: ciphertext the socket did not take yet.
+  if (wire_pending() > 0 && wire_send(nullptr, 0) < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+      errno != EINTR)
+    return false;
   return true;
 }
 

@@ -128,9 +128,15 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   // recv/send semantics (bytes, 0 at EOF, -1 with errno, EAGAIN when nothing moves). The first
   // wire_recv of a TLS port settles the secure channel (the handshake, before the ICReq).
   ssize_t wire_recv(uint8_t* buf, size_t len);
+  // A TLS send never waits: it encrypts at most one chunk and leaves what the socket does not
+  // take in the session (wire_pending(), part of backlog()); len 0 only sends that.
   ssize_t wire_send(const uint8_t* buf, size_t len);
+  size_t wire_pending() const noexcept;
+  bool send_pending_ciphertext();
+  // Before the socket closes: a TLS close_notify, best effort (never waits).
+  void wire_close() noexcept;
   bool open_secure_channel();
-  size_t backlog() const noexcept { return out_.size() - out_head_; }
+  size_t backlog() const noexcept { return out_.size() - out_head_ + wire_pending(); }
   bool backlog_full() const noexcept;
   void note_backlog() noexcept;
   short wait_for_events(uint64_t now);  // returns the socket's revents
@@ -182,6 +188,13 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   int fd_;
   // Connection thread only: the TLS stream once the handshake is done; null for plaintext.
   std::unique_ptr<tls::SocketStream> tls_;
+  // Ciphertext taken out of the session, [tls_tx_off_, tls_tx_len_) not sent yet.
+  std::vector<uint8_t> tls_tx_ = std::vector<uint8_t>(64u << 10);
+  std::vector<uint8_t> tls_rx_ = std::vector<uint8_t>(64u << 10);  // received ciphertext
+  size_t tls_tx_off_ = 0;
+  size_t tls_tx_len_ = 0;
+  tls::Session* tls_session_ = nullptr;  // tls_'s session
+  bool tls_closed_ = false;  // close_notify queued
   bool channel_settled_ = false;
   int efd_ = -1;
   const uint64_t id_;

@@ -9,15 +9,15 @@
 // client offers one PSK (identity, key, suite); the server looks the offered identity up through
 // a callback. No session tickets are issued (an NVMe/TCP connection never resumes).
 //
-// The host's TCP queue pair (lib/transport/tcp), concretely: detail::handshake() connects and
-// exchanges ICReq/ICResp blocking; with TLS it first runs SocketStream::handshake(fd,
-// SessionConfig::client(derive_tls_psk(...))) and sends the ICReq / reads the ICResp with
-// write_all()/read_exact(), then hands release_session() to the QueuePair with the fd.
-// QueuePair::submit_batch() then write()s each iovec of the batch into the session and sends
-// one buffer of take_output() (io_uring send, partial sends resumed from an offset; the batch's
-// iovecs count as sent once that buffer is); on_recv() feed()s the received ciphertext (the
-// registered receive buffer stays the socket's) and read()s plaintext into a second buffer that
-// goes to PduReader::consume as today, until read() returns 0. Steps in general:
+// The host's TCP queue pair (lib/transport/tcp) uses it so: detail::handshake() connects and
+// runs the client handshake blocking (its own loop over feed()/handshake()/take_output(), which
+// also tells a peer that answers in plaintext apart), exchanges ICReq/ICResp, Connect and any
+// authentication through write()/read(), then hands the session to the QueuePair with the fd.
+// The pair's send poller write()s each batch's iovecs (small ones coalesced into one record)
+// and sends take_output() in chunks from its own buffer (one send in flight; the batch counts as
+// sent once all of its ciphertext is); on_recv() feed()s the received ciphertext (the registered
+// receive buffer stays the socket's) and read()s plaintext into a second buffer that goes to
+// PduReader::consume, until read() returns 0.
 //
 // How a non-blocking queue pair puts it under its send/receive path (host side, NVMe/TCP):
 //  1. After TCP connect, before the ICReq: create a client Session (SessionConfig::client).

@@ -149,13 +149,17 @@ class Volume:
     hostnqn: the host NQN to connect as ("" derives one from a per-process host id).
     dhchap_secret / dhchap_ctrl_secret: DH-HMAC-CHAP secrets as `nvme gen-dhchap-key` prints
     them ("DHHC-1:0X:...:") or "@PATH" of a file; a wrong key raises PermissionError.
+    tls_psk: NVMe/TCP TLS 1.3 with this pre-shared key as `nvme gen-tls-key` prints it
+    ("NVMeTLSkey-1:0X:...:") or "@PATH" of a file; every queue of every path runs inside TLS.
+    A refused key raises PermissionError (so does a plaintext volume on a port that requires
+    TLS), a port that does not offer TLS OSError (EPROTONOSUPPORT), a malformed key ValueError.
     """
 
     def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
                  queue_depth: int = 256, reactors: int = 1, no_path_timeout: float = 30.0,
                  keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
                  discovery: Optional[str] = None, hostnqn: str = "",
-                 dhchap_secret: str = "", dhchap_ctrl_secret: str = ""):
+                 dhchap_secret: str = "", dhchap_ctrl_secret: str = "", tls_psk: str = ""):
         if isinstance(paths, str):
             paths = [paths]
         paths = list(paths)
@@ -170,7 +174,7 @@ class Volume:
         self._v = _core.Volume(paths, nqn, nsid, queue_depth, reactors,
                                int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
                                int(io_deadline * 1000), discovery or "", hostnqn,
-                               dhchap_secret, dhchap_ctrl_secret)
+                               dhchap_secret, dhchap_ctrl_secret, tls_psk)
         self.block_size: int = self._v.block_size
         self.size: int = self._v.size
         self.queue_depth: int = queue_depth

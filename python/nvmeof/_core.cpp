@@ -55,13 +55,14 @@ class PyVolume {
            uint32_t queue_depth, uint32_t reactors, uint32_t no_path_timeout_ms,
            uint32_t kato_ms, uint32_t io_deadline_ms, const std::string& discovery,
            const std::string& hostnqn, const std::string& dhchap_secret,
-           const std::string& dhchap_ctrl_secret) {
+           const std::string& dhchap_ctrl_secret, const std::string& tls_psk) {
     nvmeof_volume_options o;
     nvmeof_volume_options_init(&o);
     o.subnqn = nqn.c_str();
     if (!hostnqn.empty()) o.hostnqn = hostnqn.c_str();
     if (!dhchap_secret.empty()) o.dhchap_secret = dhchap_secret.c_str();
     if (!dhchap_ctrl_secret.empty()) o.dhchap_ctrl_secret = dhchap_ctrl_secret.c_str();
+    if (!tls_psk.empty()) o.tls_psk = tls_psk.c_str();
     o.nsid = nsid;
     o.queue_depth = queue_depth;
     o.reactors = reactors;
@@ -268,7 +269,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<PyVolume>(m, "Volume")
       .def(py::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t,
                     uint32_t, uint32_t, uint32_t, uint32_t, const std::string&, const std::string&,
-                    const std::string&, const std::string&>())
+                    const std::string&, const std::string&, const std::string&>())
       .def("close", &PyVolume::close)
       .def_property_readonly("block_size", &PyVolume::block_size)
       .def_property_readonly("size", &PyVolume::size)

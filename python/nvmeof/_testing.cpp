@@ -18,14 +18,21 @@ namespace {
 class PyTarget {
  public:
   PyTarget(size_t ports, uint64_t size, uint32_t block_size, const std::string& nqn,
-           const std::vector<std::tuple<std::string, std::string, std::string>>& hosts)
+           const std::vector<std::tuple<std::string, std::string, std::string>>& hosts,
+           const std::string& tls, const std::string& tls_psk)
       : nqn_(nqn) {
+    PortTls port_tls = PortTls::none;
+    if (tls == "required") port_tls = PortTls::required;
+    else if (tls == "not-required") port_tls = PortTls::not_required;
+    else if (tls != "none") throw py::value_error("nvmeof._testing.Target: tls is none, not-required or required");
     TargetOptions o;
     o.ports.clear();
     for (size_t i = 0; i < ports; ++i) {
       TargetPort p;
       p.traddr = "127.0.0.1";
       p.trsvcid = "0";
+      p.tls = port_tls;
+      p.tls_psk = tls_psk;
       o.ports.push_back(p);
     }
     o.subsystems[0].nqn = nqn;
@@ -64,6 +71,9 @@ class PyTarget {
     d["writes"] = s.writes;
     d["authentications"] = s.authentications;
     d["auth_failures"] = s.auth_failures;
+    d["tls_sessions"] = s.tls_sessions;
+    d["tls_failures"] = s.tls_failures;
+    d["tls_plaintext_refused"] = s.tls_plaintext_refused;
     return d;
   }
   py::bytes read_ns(uint64_t offset, size_t len) {
@@ -95,12 +105,16 @@ PYBIND11_MODULE(_testing, m) {
   m.doc() = "The embedded NVMe/TCP target, for tests and examples";
   py::class_<PyTarget>(m, "Target")
       .def(py::init<size_t, uint64_t, uint32_t, const std::string&,
-                    const std::vector<std::tuple<std::string, std::string, std::string>>&>(),
+                    const std::vector<std::tuple<std::string, std::string, std::string>>&,
+                    const std::string&, const std::string&>(),
            py::arg("ports") = 2, py::arg("size") = 64ull << 20, py::arg("block_size") = 4096,
            py::arg("nqn") = "nqn.2024-01.io.nvmeof:python",
            // (host NQN, DH-HMAC-CHAP key, controller key): naming hosts closes the subsystem
            // to every other host
-           py::arg("hosts") = std::vector<std::tuple<std::string, std::string, std::string>>{})
+           py::arg("hosts") = std::vector<std::tuple<std::string, std::string, std::string>>{},
+           // every port's secure channel ("none", "not-required", "required") and its PSK
+           // ("NVMeTLSkey-1:...")
+           py::arg("tls") = "none", py::arg("tls_psk") = "")
       .def_property_readonly("addresses", &PyTarget::addresses)
       .def_property_readonly("nqn", &PyTarget::nqn)
       .def("reset", &PyTarget::reset)

@@ -256,6 +256,34 @@ static void test_bad_open(const char* nqn) {
   nvmeof_set_log_callback(NULL, NULL);
 }
 
+/* TLS fields against the plaintext target: a TLS open of a port that does not offer TLS fails
+ * with -EPROTONOSUPPORT (not a hang), a malformed key and TLS on without a key with -EINVAL. */
+static void test_tls_open(const char* addr, const char* nqn) {
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  o.no_path_timeout_ms = 2000;
+  CHECK(o.tls == NVMEOF_TLS_WHEN_KEYED && o.tls_psk == NULL);
+  nvmeof_volume* vol = NULL;
+  const char* paths[] = {addr};
+  /* 32 bytes 00..1f with their CRC-32: a well-formed SHA-256 key. */
+  o.tls_psk = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+  CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EPROTONOSUPPORT);
+  CHECK(vol == NULL);
+  o.tls_psk = "NVMeTLSkey-1:01:bad:";
+  CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
+  o.tls_psk = NULL;
+  o.tls = NVMEOF_TLS_ON;
+  CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
+  o.tls = 7;
+  CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
+  /* TLS off: the plaintext port serves the volume even with a key set. */
+  o.tls = NVMEOF_TLS_OFF;
+  o.tls_psk = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+  REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
+  nvmeof_volume_close(vol);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
@@ -264,6 +292,7 @@ int main(int argc, char** argv) {
   test_queue_mode(argv[1], argv[2]);
   test_callback_mode(argv[1], argv[2]);
   test_bad_open(argv[2]);
+  test_tls_open(argv[1], argv[2]);
   if (failures) {
     fprintf(stderr, "capi-test: %d checks failed\n", failures);
     return 1;

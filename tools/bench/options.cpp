@@ -248,6 +248,13 @@ ParsedArgs parse_args(int argc, char** argv) {
   auto* discover = app.add_option("--discover", o.discover,
                                   "ADDR:PORT of a discovery controller: open every path it lists for --nqn");
   discover->excludes(target)->excludes(embedded);
+  app.add_option("--tls-psk", o.tls_psk,
+                 "NVMe/TCP TLS 1.3 with this PSK (NVMeTLSkey-1:0X:...:, as nvme gen-tls-key prints "
+                 "it, or @FILE) on every path; with --embedded the target's ports require it");
+  app.add_option("--tls", o.tls,
+                 "with --embedded: the target ports' secure channel (none, not-required, required; "
+                 "default required with --tls-psk, else none); the host uses TLS when --tls-psk is set")
+      ->check(CLI::IsMember({"none", "not-required", "required"}));
   app.add_flag("!--no-progress", o.progress, "no status line while running (none either when stderr is not a terminal)");
   app.add_option("--control-dir", o.control_dir,
                  "publish the volume on a control socket in DIR (nvmeof-paths --control-dir DIR reads it)");
@@ -258,6 +265,9 @@ ParsedArgs parse_args(int argc, char** argv) {
     app.parse(argc, argv);
     if (!o.embedded && o.targets.empty() && o.discover.empty())
       throw CLI::RequiredError("--target, --discover or --embedded");
+    if (!o.tls.empty() && !o.embedded) throw CLI::ValidationError("--tls", "needs --embedded");
+    if (!o.tls.empty() && o.tls != "none" && o.tls_psk.empty())
+      throw CLI::ValidationError("--tls", "needs --tls-psk");
     if (!o.target_control.empty() && o.embedded)
       throw CLI::ValidationError("--target-control", "is for an external target (--target or --discover)");
     if (const auto b = parse_size(bs); b && *b > (16u << 20))

@@ -85,6 +85,11 @@ struct BenchOptions {
   std::string control_dir;              ///< VolumeOptions::control_socket
   std::string metrics_listen;           ///< VolumeOptions::metrics_listen
   std::string discover;                 ///< ADDR:PORT of a discovery controller (--discover)
+  /// NVMe/TCP TLS: the host's PSK (ConnectOptions::tls_psk, --tls-psk), and with --embedded the
+  /// secure channel of the target's ports (--tls: "none", "not-required", "required"; default
+  /// required when a key is given).
+  std::string tls_psk;
+  std::string tls = "";
   bool progress = true;                 ///< the status line on a terminal (--no-progress)
 
   /// Whether --fail-path gave the single fault (--fault-script is parsed in main()).

@@ -379,6 +379,7 @@ nlohmann::json to_json(const BenchReport& r) {
                    : o.digest == Digest::header ? "header"
                    : o.digest == Digest::data   ? "data"
                                                 : "both"},
+        {"tls", !o.tls_psk.empty()},
         {"reactors", o.reactors},
         {"poll", to_string(o.poll)},
         {"io_deadline_ms", std::chrono::duration<double, std::milli>(o.io_deadline).count()},

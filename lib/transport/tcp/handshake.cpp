@@ -19,6 +19,7 @@
 #include "core/crc32c.hpp"
 #include "core/log.hpp"
 #include "fabric/connect.hpp"
+#include "tls/session.hpp"
 
 namespace nvmeof::tcp::detail {
 namespace {
@@ -113,6 +114,126 @@ int recv_exact(int fd, void* buf, size_t len, Clock::time_point deadline) {
   return 0;
 }
 
+// The set-up byte stream: the socket itself, or the TLS session over it. Returns as
+// send_all/recv_exact do (0, an errno, -1 when the peer closed); EPROTO for a TLS record error.
+class Wire {
+ public:
+  explicit Wire(int fd) : fd_(fd) {}
+  int fd() const noexcept { return fd_; }
+  bool is_tls() const noexcept { return tls_ != nullptr; }
+  const std::string& tls_detail() const noexcept { return tls_->error_detail(); }
+
+  int send_all(const void* buf, size_t len, Clock::time_point deadline) {
+    if (!tls_) return detail::send_all(fd_, buf, len, deadline);
+    if (!tls_->write({static_cast<const uint8_t*>(buf), len})) return EPROTO;
+    return flush(deadline);
+  }
+
+  int recv_exact(void* buf, size_t len, Clock::time_point deadline) {
+    if (!tls_) return detail::recv_exact(fd_, buf, len, deadline);
+    auto* p = static_cast<uint8_t*>(buf);
+    size_t off = 0;
+    while (off < len) {
+      auto n = tls_->read({p + off, len - off});
+      if (tls_->output_pending() > 0)  // a post-handshake message may want an answer
+        if (const int w = flush(deadline)) return w;
+      if (!n) return n.error() == tls::TlsErrc::peer_closed ? -1 : EPROTO;
+      off += *n;
+      if (*n == 0)
+        if (const int r = receive(deadline)) return r;
+    }
+    return 0;
+  }
+
+  // The TLS 1.3 handshake as the client, bounded by `deadline`: empty, or the library's error
+  // with the reason in `why`.
+  std::error_code start_tls(const tls::TlsPsk& psk, Clock::time_point deadline, std::string& why) {
+    tls::SessionConfig sc = tls::SessionConfig::client(psk);
+    sc.handshake_timeout = std::max(std::chrono::milliseconds(1),
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    auto s = tls::Session::create(std::move(sc));
+    if (!s) {
+      why = "TLS session: " + s.error().message();
+      return make_error_code(Errc::tls_handshake_failed);
+    }
+    tls_ = std::move(*s);
+    for (;;) {
+      auto h = tls_->handshake();
+      const int w = flush(deadline);  // the step's output, a failure's alert included
+      if (!h) return handshake_error(h.error(), why);
+      if (w != 0) {
+        why = std::string("TLS handshake: send failed: ") + std::strerror(w);
+        return w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w);
+      }
+      if (*h == tls::HandshakeState::done) return {};
+      if (const int r = receive(deadline); r != 0) {
+        if (r == EPROTONOSUPPORT) {
+          why = "the controller answered the TLS ClientHello in plaintext: the port does not offer TLS";
+          return make_error_code(Errc::tls_not_offered);
+        }
+        if (r == ETIMEDOUT) {
+          (void)tls_->handshake(tls_->handshake_deadline());  // records the timeout
+          why = "no TLS handshake within the connect timeout";
+          return make_error_code(Errc::timeout);
+        }
+        why = std::string("TLS handshake: receive failed: ") + std::strerror(r);
+        return socket_error(r);
+      }
+    }
+  }
+
+  std::unique_ptr<tls::Session> release_tls() noexcept { return std::move(tls_); }
+
+ private:
+  std::error_code handshake_error(std::error_code ec, std::string& why) {
+    const std::string detail = tls_->error_detail().empty() ? "" : " (" + tls_->error_detail() + ")";
+    if (ec == tls::TlsErrc::handshake_timeout) {
+      why = "no TLS handshake within the connect timeout";
+      return make_error_code(Errc::timeout);
+    }
+    if (ec == tls::TlsErrc::peer_closed && !received_) {
+      why = "the controller closed the connection on the TLS ClientHello: the port does not offer TLS";
+      return make_error_code(Errc::tls_not_offered);
+    }
+    why = ec.message() + detail;  // "TLS handshake failed: the PSKs differ (...)"
+    return make_error_code(Errc::tls_handshake_failed);
+  }
+
+  int flush(Clock::time_point deadline) {
+    while (tls_->output_pending() > 0) {
+      const size_t n = tls_->take_output(cbuf_);
+      if (const int w = detail::send_all(fd_, cbuf_.data(), n, deadline)) return w;
+    }
+    return 0;
+  }
+
+  // One receive of ciphertext into the session (EOF tells the session). EPROTONOSUPPORT when
+  // the very first byte from the controller cannot start a TLS record (handshake 16h, alert 15h).
+  int receive(Clock::time_point deadline) {
+    for (;;) {
+      const ssize_t n = ::recv(fd_, cbuf_.data(), cbuf_.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        if (!received_ && cbuf_[0] != 0x16 && cbuf_[0] != 0x15) return EPROTONOSUPPORT;
+        received_ = true;
+        tls_->feed({cbuf_.data(), static_cast<size_t>(n)});
+        return 0;
+      }
+      if (n == 0 || errno == ECONNRESET) {
+        tls_->peer_closed();
+        return 0;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+      if (const int w = wait_fd(fd_, POLLIN, deadline)) return w;
+    }
+  }
+
+  int fd_;
+  bool received_ = false;
+  std::unique_ptr<tls::Session> tls_;
+  std::vector<uint8_t> cbuf_ = std::vector<uint8_t>(64 * 1024);
+};
+
 // Collects exactly one PDU of the expected type through the shared receiver. Waiting for a
 // command's response (want == capsule_resp) with a buffer `in`, it also takes that command's
 // C2HData PDUs, in order, into `in`.
@@ -166,7 +287,7 @@ struct OnePdu {
 };
 
 // Reads one PDU: the common header first, so that only this PDU's bytes leave the socket.
-std::error_code read_pdu(int fd, OnePdu& sink, const Negotiated& neg, Clock::time_point deadline,
+std::error_code read_pdu(Wire& wire, OnePdu& sink, const Negotiated& neg, Clock::time_point deadline,
                          const std::string& label) {
   const uint32_t max_data = std::max<uint32_t>(4096, static_cast<uint32_t>(sink.in.size()));
   PduReader reader(Role::host, max_data);
@@ -174,20 +295,26 @@ std::error_code read_pdu(int fd, OnePdu& sink, const Negotiated& neg, Clock::tim
   // Header, its digest, padding up to a 128-byte PDO, the data and its digest.
   std::vector<uint8_t> buf(kMaxHeaderLen + kMaxTermReqData + 256 + max_data + kDigestLen);
   auto io_error = [&](int r) {
+    if (r == -1 && sink.want == PduType::ic_resp && !wire.is_tls())
+      return logged(label, Errc::tls_required,
+                    "the controller closed the connection right after the ICReq: a port that "
+                    "requires TLS does so (no TLS PSK is configured)");
     if (r == -1) return logged(label, Errc::connection_closed, "connection closed by controller during set-up");
+    if (r == EPROTO)
+      return logged(label, Errc::protocol_error, "TLS record error during set-up: " + wire.tls_detail());
     if (r == ETIMEDOUT) return logged(label, Errc::timeout, "timed out waiting for " + std::string(to_string(sink.want)));
     const std::error_code ec = socket_error(r);
     return logged(label, ec, "set-up receive failed: " + ec.message());
   };
   sink.got = false;
-  if (const int r = recv_exact(fd, buf.data(), sizeof(CommonHeader), deadline)) return io_error(r);
+  if (const int r = wire.recv_exact(buf.data(), sizeof(CommonHeader), deadline)) return io_error(r);
   CommonHeader ch;
   std::memcpy(&ch, buf.data(), sizeof ch);
   const HeaderCheck hc = check_common_header(ch, Role::host, neg, max_data);
   if (hc.err != Errc::ok)
     return logged(label, hc.err, make_error_code(hc.err).message() + ": " + hc.what);
   if (ch.plen > buf.size()) return logged(label, Errc::malformed_pdu, "malformed PDU: PLEN too large");
-  if (const int r = recv_exact(fd, buf.data() + sizeof ch, ch.plen - sizeof ch, deadline)) return io_error(r);
+  if (const int r = wire.recv_exact(buf.data() + sizeof ch, ch.plen - sizeof ch, deadline)) return io_error(r);
   Errc err = Errc::ok;
   reader.consume(buf.data(), ch.plen, sink, err);
   if (err != Errc::ok) {
@@ -209,8 +336,8 @@ std::error_code send_error(const std::string& label, int w, const char* what) {
 // the capsule (no R2T during set-up), data in by C2HData.
 class SetupChannel final : public fabric::CommandChannel {
  public:
-  SetupChannel(int fd, bool hd, bool dd, uint8_t cpda, uint32_t in_capsule_max, const std::string& label)
-      : fd_(fd), hd_(hd), dd_(dd), cpda_(cpda), icd_max_(in_capsule_max), label_(label) {}
+  SetupChannel(Wire& wire, bool hd, bool dd, uint8_t cpda, uint32_t in_capsule_max, const std::string& label)
+      : wire_(wire), hd_(hd), dd_(dd), cpda_(cpda), icd_max_(in_capsule_max), label_(label) {}
 
   Result<Cqe> execute(const Sqe& cmd, std::span<const uint8_t> out, std::span<uint8_t> in,
                       Clock::time_point deadline) override {
@@ -240,14 +367,14 @@ class SetupChannel final : public fabric::CommandChannel {
       }
     }
     const bool connect = fabrics_type(cmd) == fctype::kConnect;
-    if (const int w = send_all(fd_, pdu.data(), pdu.size(), deadline))
+    if (const int w = wire_.send_all(pdu.data(), pdu.size(), deadline))
       return send_error(label_, w, connect ? "Connect" : "a set-up command");
     OnePdu rsp;
     rsp.want = PduType::capsule_resp;
     rsp.cid = sqe.cid;
     rsp.in = in;
     for (;;) {
-      if (auto ec = read_pdu(fd_, rsp, Negotiated{hd_, dd_, 0}, deadline, label_)) return ec;
+      if (auto ec = read_pdu(wire_, rsp, Negotiated{hd_, dd_, 0}, deadline, label_)) return ec;
       if (rsp.got_type == PduType::capsule_resp) break;
       DataHeader dh;
       std::memcpy(&dh, rsp.hdr, sizeof dh);
@@ -267,7 +394,7 @@ class SetupChannel final : public fabric::CommandChannel {
   }
 
  private:
-  int fd_;
+  Wire& wire_;
   bool hd_;
   bool dd_;
   uint8_t cpda_;
@@ -338,15 +465,20 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
       return logged(label, connect_error(soerr), std::string("connect: ") + std::strerror(soerr));
   }
 
+  Wire wire(fd.get());
+  if (cfg.tls) {
+    std::string why;
+    if (auto ec = wire.start_tls(*cfg.tls, deadline, why)) return logged(label, ec, why);
+  }
+
   // ICReq: HPDA 0 (no receive alignment needed), MAXR2T 0 (one R2T outstanding per command).
   IcReq icreq;
   fill_ic_req(icreq, 0, hd, dd, 0);
-  if (const int w = send_all(fd.get(), &icreq, sizeof icreq, deadline))
-    return logged(label, w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w),
-                  std::string("sending ICReq: ") + std::strerror(w));
+  if (const int w = wire.send_all(&icreq, sizeof icreq, deadline))
+    return send_error(label, w, "ICReq");
   OnePdu ic;
   ic.want = PduType::ic_resp;
-  if (auto ec = read_pdu(fd.get(), ic, Negotiated{}, deadline, label)) return ec;
+  if (auto ec = read_pdu(wire, ic, Negotiated{}, deadline, label)) return ec;
   IcResp resp;
   std::memcpy(&resp, ic.hdr, sizeof resp);
   const bool got_hd = resp.digest & ic_digest::kHeader;
@@ -369,12 +501,13 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
 
   // Fabrics Connect (its 1024-byte data in the capsule), then the post-connect step.
   const uint32_t icd = cfg.qid == 0 && cfg.in_capsule_data == 0 ? kAdminInCapsuleData : cfg.in_capsule_data;
-  SetupChannel channel(fd.get(), hd, dd, resp.cpda,
+  SetupChannel channel(wire, hd, dd, resp.cpda,
                        std::max<uint32_t>(icd, static_cast<uint32_t>(fabric::kConnectDataLen)), label);
   const fabric::ConnectParams params{cfg.qid, cfg.depth, cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
   auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
   if (!rsp) return rsp.error();
   out.session.cntlid = rsp.value().cntlid;
+  out.tls = wire.release_tls();
   out.fd = fd.release();
   return out;
 }

@@ -1,7 +1,9 @@
-// Blocking set-up of an NVMe/TCP connection: TCP connect, ICReq/ICResp, Fabrics Connect.
+// Blocking set-up of an NVMe/TCP connection: TCP connect, the TLS handshake (QpConfig::tls),
+// ICReq/ICResp, Fabrics Connect (and its post-connect step), the last three inside TLS then.
 // Used by QueuePair::connect on the caller's thread before the reactor takes the socket over.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "nvmeof/status.hpp"
@@ -12,6 +14,8 @@ namespace nvmeof::tcp::detail {
 struct Connected {
   int fd = -1;  ///< non-blocking, TCP_NODELAY; the caller owns it
   Session session;
+  /// The established TLS session (null without TLS); it may hold received bytes already.
+  std::unique_ptr<tls::Session> tls;
 };
 
 /// "tcp 127.0.0.1:4420 qid 1" ("[::1]:4420" for IPv6 literals).

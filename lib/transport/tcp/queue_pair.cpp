@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/crc32c.hpp"
+#include "tls/session.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "core/log.hpp"
 
@@ -22,6 +23,11 @@ constexpr size_t kHdrArea = 128;
 constexpr unsigned kMaxIov = 256;
 constexpr unsigned kArenaEntries = 64;
 constexpr auto kDrainBound = std::chrono::seconds(2);
+// TLS: ciphertext sent per send (a batch larger than this goes in several), plaintext read out
+// of the session per read, and the coalescing of small pieces (one TLS record's worth).
+constexpr size_t kTlsTxChunk = 256u << 10;
+constexpr size_t kTlsPlain = 64u << 10;
+constexpr size_t kTlsStage = 16u << 10;
 
 enum class Dir : uint8_t { none, to_controller, from_controller };
 enum class Phase : uint8_t { free, active, answered };
@@ -93,6 +99,8 @@ struct QueuePair::IoCore {
   unsigned arena_used = 0;
   uint16_t batch[kMaxIov];
   unsigned batch_count = 0;
+  // TLS: the ciphertext the send in flight reads (allocated only for a TLS connection).
+  nvmeof::detail::NodeBuffer tls_tx;
 
   void release_rbuf() noexcept {
     if (rbuf_id >= 0) reactor->unregister_buffer(static_cast<unsigned>(rbuf_id));
@@ -124,11 +132,12 @@ Result<std::unique_ptr<QueuePair>> QueuePair::connect(Reactor& reactor, const Qp
   }
   auto c = detail::handshake(cfg, label);
   if (!c) return c.error();
-  return std::unique_ptr<QueuePair>(new QueuePair(reactor, cfg, c->fd, c->session, label));
+  return std::unique_ptr<QueuePair>(
+      new QueuePair(reactor, cfg, c->fd, c->session, label, std::move(c->tls)));
 }
 
 QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s,
-                     std::string label)
+                     std::string label, std::unique_ptr<tls::Session> tls)
     : reactor_(reactor),
       cfg_(cfg),
       session_(s),
@@ -152,6 +161,13 @@ QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Sessio
   core_->fd = fd;
   core_->rbuf_len = cfg.recv_buffer;
   core_->rbuf = nvmeof::detail::NodeBuffer(cfg.recv_buffer, nvmeof::detail::thread_memory_node());
+  if (tls) {
+    tls_ = std::move(tls);
+    const int node = nvmeof::detail::thread_memory_node();
+    core_->tls_tx = nvmeof::detail::NodeBuffer(kTlsTxChunk, node);
+    tls_plain_ = nvmeof::detail::NodeBuffer(kTlsPlain, node);
+    tls_stage_ = nvmeof::detail::NodeBuffer(kTlsStage, node);
+  }
   core_->recv_h.core = core_;
   core_->send_h.core = core_;
   core_->recv_h.fn = [](IoHandler* h, const io_uring_cqe& cqe) noexcept {
@@ -205,6 +221,7 @@ void QueuePair::start() noexcept {
     core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
+  if (tls_) tls_receive(0);  // records the set-up read ahead of its last PDU
   arm_recv();
 }
 
@@ -288,7 +305,18 @@ int QueuePair::flush() noexcept {
     if (!c.send_in_kernel && submit_batch()) ++work;  // an SQE was missing last turn
     return work;
   }
-  if (sendq_head_ == kNil) return work;
+  if (sendq_head_ == kNil) {
+    // TLS: a post-handshake message (KeyUpdate) to answer, with no PDU to carry it.
+    if (tls_ && tls_->output_pending() > 0) [[unlikely]] {
+      c.batch_count = 0;
+      if (tls_next_chunk()) {
+        c.send_active = true;
+        submit_batch();
+        ++work;
+      }
+    }
+    return work;
+  }
 
   c.iov_count = c.iov_start = c.arena_used = c.batch_count = 0;
   const bool dd = send_neg_.ddgst;
@@ -350,6 +378,7 @@ int QueuePair::flush() noexcept {
     s.next = kNil;
   }
   if (c.iov_count == 0) return work;
+  if (tls_ && !tls_encrypt_batch()) return work + 1;
   c.send_active = true;
   submit_batch();
   return work + 1;
@@ -387,6 +416,11 @@ void QueuePair::on_send(const io_uring_cqe& cqe) noexcept {
   // A short send: skip what went out and send the rest, still the only send in flight.
   c.iov_start = advance_iov(c.iov, c.iov_start, c.iov_count, static_cast<size_t>(cqe.res));
   if (c.iov_start < c.iov_count) {
+    submit_batch();
+    return;
+  }
+  // TLS: the batch's ciphertext may need more chunks.
+  if (tls_ && tls_next_chunk()) {
     submit_batch();
     return;
   }
@@ -435,6 +469,15 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
     } else {
       fail(detail::socket_error(-cqe.res), std::strerror(-cqe.res));
     }
+    return;
+  }
+  if (tls_) {
+    tls_receive(static_cast<size_t>(cqe.res));
+    if (state_ != QpState::live) {
+      if (c.inflight == 0) finish_teardown();
+      return;
+    }
+    arm_recv();
     return;
   }
   RecvSink sink{*this};
@@ -624,6 +667,14 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   if (detail)
     nvmeof::detail::log_warning("nvmeof: %s: %s: %s\n", label_.c_str(), why.message().c_str(), detail);
   IoCore& c = *core_;
+  // TLS: our own close tells the controller with a close_notify (best effort, never waits),
+  // unless a send is in flight (the alert would land inside its record stream).
+  if (tls_ && why == errno_code(ECANCELED) && !c.send_active) {
+    tls_->close();
+    uint8_t alert[64];
+    const size_t n = tls_->take_output(alert);
+    if (n > 0) (void)::send(c.fd, alert, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
   // Wakes any pending receive (returns 0) and send (EPIPE); the cancellations cover a kernel
   // that has not yet picked the operations up. The descriptor itself is closed only once
   // nothing is in flight, so its number cannot be reused under a pending operation.
@@ -654,6 +705,95 @@ void QueuePair::finish_teardown() noexcept {
   }
   state_ = QpState::closed;
   draining_ = false;
+}
+
+// ---- TLS (QpConfig::tls): the session between the PDUs and the socket -----------------------
+
+tls::CipherSuite QueuePair::tls_suite() const noexcept {
+  return tls_ ? tls_->suite() : tls::CipherSuite::aes_128_gcm_sha256;
+}
+
+// Encrypts the gathered batch (c.iov) into the session, small pieces coalesced into one record
+// and large ones written in place, then points the send at the first chunk of ciphertext. The
+// caller's buffers are no longer read once this returns; the batch still completes only when
+// its last chunk is sent. False when the session failed (the pair is failed then).
+bool QueuePair::tls_encrypt_batch() noexcept {
+  IoCore& c = *core_;
+  auto* stage = static_cast<uint8_t*>(tls_stage_.data());
+  size_t staged = 0;
+  bool ok = true;
+  auto put = [&](const uint8_t* p, size_t n) {
+    if (ok && n > 0 && !tls_->write({p, n})) ok = false;
+  };
+  for (unsigned i = 0; i < c.iov_count && ok; ++i) {
+    const auto* p = static_cast<const uint8_t*>(c.iov[i].iov_base);
+    const size_t n = c.iov[i].iov_len;
+    if (staged + n <= kTlsStage) {
+      std::memcpy(stage + staged, p, n);
+      staged += n;
+      continue;
+    }
+    put(stage, staged);
+    staged = 0;
+    if (n < kTlsStage) {
+      std::memcpy(stage, p, n);
+      staged = n;
+    } else {
+      put(p, n);
+    }
+  }
+  put(stage, staged);
+  if (!ok) {
+    c.batch_count = 0;  // nothing of it reached the socket
+    for (uint32_t cid = 0; cid < cfg_.depth; ++cid) slots_[cid].in_batch = false;
+    fail(make_error_code(Errc::protocol_error), ("TLS: " + tls_->error_detail()).c_str());
+    return false;
+  }
+  if (!tls_next_chunk()) {  // only empty pieces: nothing to send, the batch is done
+    batch_done();
+    return false;
+  }
+  return true;
+}
+
+// Points the send at the next chunk of pending ciphertext; false when there is none.
+bool QueuePair::tls_next_chunk() noexcept {
+  IoCore& c = *core_;
+  const size_t n = tls_->take_output({static_cast<uint8_t*>(c.tls_tx.data()), c.tls_tx.size()});
+  if (n == 0) return false;
+  c.iov[0].iov_base = c.tls_tx.data();
+  c.iov[0].iov_len = n;
+  c.iov_count = 1;
+  c.iov_start = 0;
+  return true;
+}
+
+// Feeds `n` received bytes of ciphertext (the receive buffer) to the session and parses the
+// plaintext it gives; fails the pair on a session or PDU error.
+void QueuePair::tls_receive(size_t n) noexcept {
+  IoCore& c = *core_;
+  if (n > 0) tls_->feed({static_cast<const uint8_t*>(c.rbuf.data()), n});
+  RecvSink sink{*this};
+  auto* plain = static_cast<uint8_t*>(tls_plain_.data());
+  while (state_ == QpState::live) {
+    auto got = tls_->read({plain, tls_plain_.size()});
+    if (!got) {
+      if (got.error() == tls::TlsErrc::peer_closed)
+        fail(make_error_code(Errc::connection_closed), "TLS close_notify from the controller");
+      else
+        fail(make_error_code(Errc::protocol_error), ("TLS record: " + tls_->error_detail()).c_str());
+      return;
+    }
+    if (*got == 0) break;
+    fail_detail_ = nullptr;
+    Errc err = Errc::ok;
+    reader_.consume(plain, *got, sink, err);
+    if (state_ != QpState::live) return;
+    if (err != Errc::ok) {
+      fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
+      return;
+    }
+  }
 }
 
 }  // namespace nvmeof::tcp

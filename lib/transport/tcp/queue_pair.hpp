@@ -1,12 +1,19 @@
 // The host side of an NVMe/TCP queue pair over an io_uring socket driven by a Reactor.
 //
-// Set-up (connect()) blocks the calling thread up to the connect timeout: TCP connect, ICReq /
-// ICResp, Fabrics Connect. start() then hands the socket to the reactor. From then on the pair
+// Set-up (connect()) blocks the calling thread up to the connect timeout: TCP connect, the TLS
+// handshake when QpConfig::tls is set, ICReq / ICResp, Fabrics Connect. start() then hands the socket to the reactor. From then on the pair
 // is driven by its reactor only: submit() queues a capsule in a per-command header slot, a
 // reactor poller gathers every queued PDU into one IORING_OP_SENDMSG per turn (one send in
 // flight per socket keeps the byte stream ordered), and one receive into a pair-owned staging
 // buffer (IORING_OP_READ_FIXED when the reactor's buffer table took it, else IORING_OP_RECV)
 // feeds the shared PduReader, which copies C2H data into the request's buffer.
+//
+// With TLS (lib/tls Session, memory BIOs, on the reactor thread: no thread hop) the same batch
+// of iovecs is encrypted into the session (small pieces coalesced so records stay large) and
+// its ciphertext is sent from a pair-owned buffer in chunks, one send in flight as before; a
+// batch counts as sent once all of its ciphertext is. Received ciphertext is fed to the session
+// and the plaintext read out into a second buffer goes to the PduReader. The buffers grow once;
+// nothing is allocated per I/O. A session error fails the pair like a socket error.
 //
 // Threading: connect() on any thread; everything else on the reactor's thread. Completion
 // callbacks and the listener run inline on that thread; they may submit() and close(), but must
@@ -27,7 +34,12 @@
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"
 #include "reactor/reactor.hpp"
+#include "tls/psk.hpp"
 #include "transport/tcp/pdu.hpp"
+
+namespace nvmeof::tls {
+class Session;
+}
 
 namespace nvmeof::tcp {
 
@@ -59,6 +71,10 @@ struct QpConfig {
   /// The post-connect step (in-band authentication) on this queue, within connect_timeout; see
   /// fabric/connect.hpp. Empty: none, and a controller that requires authentication is refused.
   fabric::Authenticator authenticate;
+  /// The secure channel: set, the connection runs a TLS 1.3 handshake with this PSK (identity,
+  /// key, suite; tls/psk.hpp) before the ICReq, within connect_timeout, and every byte after it
+  /// (ICReq, Connect, authentication, every PDU) goes through the session. Null: plaintext.
+  std::shared_ptr<const tls::TlsPsk> tls;
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
 };
@@ -97,7 +113,8 @@ class QueuePair final : public nvmeof::QueuePair {
   /// address), connection_refused, timeout, malformed_pdu / protocol_error / peer_terminated /
   /// header_digest_error (bad ICResp or Connect response), unsupported (PFV, digests the
   /// controller refused), an nvme_category() status when the controller rejects Connect, errno
-  /// codes (socket, SO_BINDTODEVICE). Each failure logs one line to stderr.
+  /// codes (socket, SO_BINDTODEVICE); with TLS also tls_handshake_failed, tls_not_offered;
+  /// without it tls_required (see ConnectOptions::tls_psk). Each failure logs one line.
   static Result<std::unique_ptr<QueuePair>> connect(Reactor& reactor, const QpConfig& cfg);
 
   /// Closes the pair and, on the reactor thread, polls the reactor until no socket operation is
@@ -127,6 +144,9 @@ class QueuePair final : public nvmeof::QueuePair {
   const std::string& label() const noexcept { return label_; }
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
+  /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
+  bool is_tls() const noexcept { return tls_ != nullptr; }
+  tls::CipherSuite tls_suite() const noexcept;
 
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
@@ -137,7 +157,8 @@ class QueuePair final : public nvmeof::QueuePair {
   struct RecvSink;
   friend struct RecvSink;
 
-  QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s, std::string label);
+  QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s, std::string label,
+            std::unique_ptr<tls::Session> tls);
 
   static int poll_fn(void* self) noexcept;
   int flush() noexcept;
@@ -145,6 +166,10 @@ class QueuePair final : public nvmeof::QueuePair {
   bool submit_batch() noexcept;
   void on_recv(const io_uring_cqe& cqe) noexcept;
   void on_send(const io_uring_cqe& cqe) noexcept;
+  // The TLS halves of flush/on_send/on_recv (the end of queue_pair.cpp).
+  bool tls_encrypt_batch() noexcept;
+  bool tls_next_chunk() noexcept;
+  void tls_receive(size_t n) noexcept;
   void batch_done() noexcept;
   void fail(std::error_code why, const char* detail) noexcept;
   void finish_teardown() noexcept;
@@ -181,6 +206,10 @@ class QueuePair final : public nvmeof::QueuePair {
   uint16_t sendq_tail_;
 
   IoCore* core_ = nullptr;  // outlives the pair while the kernel still holds its operations
+  // The secure channel (reactor thread only); null on a plaintext connection.
+  std::unique_ptr<tls::Session> tls_;
+  nvmeof::detail::NodeBuffer tls_plain_;  // decrypted bytes on their way to the reader
+  nvmeof::detail::NodeBuffer tls_stage_;  // small pieces of a batch coalesced into one record
 };
 
 }  // namespace nvmeof::tcp
