@@ -137,7 +137,7 @@ QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Sessio
       sendq_head_(kNil),
       sendq_tail_(kNil) {
   in_capsule_ = cfg.in_capsule_data ? cfg.in_capsule_data : (cfg.qid == 0 ? kAdminInCapsuleData : 0);
-  max_transfer_ = cfg.max_transfer ? cfg.max_transfer : kDefaultMaxTransfer;
+  max_transfer_ = kLimits.max_transfer(cfg.max_transfer);
   send_neg_ = Negotiated{s.hdgst, s.ddgst, s.cpda};
   reader_.set_negotiated(Negotiated{s.hdgst, s.ddgst, 0});
   reader_.set_max_data(std::max<uint32_t>(max_transfer_, 4096));

@@ -27,6 +27,7 @@
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"
 #include "reactor/reactor.hpp"
+#include "reactor/transport_limits.hpp"
 #include "transport/tcp/pdu.hpp"
 
 namespace nvmeof::tcp {
@@ -37,6 +38,8 @@ inline constexpr uint32_t kAdminInCapsuleData = 8192;
 /// Transfer cap when the controller reports no MDTS.
 inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
 inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
+/// NVMe/TCP's limits as the controller sees them (reactor/transport_limits.hpp).
+inline constexpr TransportLimits kLimits{kMaxQueueDepth, kAdminInCapsuleData, kDefaultMaxTransfer};
 
 struct QpConfig {
   std::string traddr = "127.0.0.1";
