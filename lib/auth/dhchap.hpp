@@ -155,7 +155,7 @@ using AuthReceive = std::function<Result<Bytes>(size_t max_len)>;
 inline constexpr size_t kAuthReceiveLength = 4096;
 
 /// Runs a whole DH-HMAC-CHAP transaction on one queue (admin or I/O) of a controller whose
-/// Connect response asked for it (DW0 & kConnectAuthreqAtr), over the caller's transport:
+/// Connect response asked for it (DW0 & kAuthReqAtr), over the caller's transport:
 /// after a successful return the queue is authenticated. `qid` and `cntlid` only name the
 /// queue in the log line a failure writes. Errors: Errc::authentication_failed (the controller
 /// refused us with a Failure1, or we refused it: a wrong controller response, an unusable

@@ -12,27 +12,18 @@
 #include <vector>
 
 #include "auth/crypto.hpp"
+#include "core/auth_command.hpp"
 #include "nvmeof/command.hpp"
 #include "nvmeof/status.hpp"
 
 namespace nvmeof::auth {
 
-/// The fabrics Authentication Send/Receive fields for DH-HMAC-CHAP.
+/// The fabrics Authentication Send/Receive fctypes. Their SECP/SPSP fields, the commands
+/// (prep_auth_send/receive) and the Connect response's AUTHREQ bits: core/auth_command.hpp.
 inline constexpr uint8_t kFctypeAuthSend = fctype::kAuthenticationSend;
 inline constexpr uint8_t kFctypeAuthReceive = fctype::kAuthenticationReceive;
-inline constexpr uint8_t kSecpDhchap = 0xe9;  ///< SECP: NVMe in-band authentication
-inline constexpr uint8_t kSpspDhchap = 0x01;  ///< SPSP0 and SPSP1
-/// Connect response DW0 bit 17 (AUTHREQ.ATR): the host must authenticate the queue.
-inline constexpr uint32_t kConnectAuthreqAtr = 1u << 17;
-/// Connect response DW0 bit 18 (AUTHREQ.ASCR): authentication and secure channel required.
-inline constexpr uint32_t kConnectAuthreqAscr = 1u << 18;
 /// The status of a command refused because its queue has not authenticated (SCT 1, SC 91h).
 inline constexpr NvmeStatus kAuthRequired = NvmeStatus::make(Sct::command_specific, 0x91, true);
-
-/// Fills an Authentication Send (`tl` bytes of message) or Receive (`al` bytes of buffer)
-/// command: CDW10 SECP/SPSP1/SPSP0, CDW11 TL or AL. The data pointer is the caller's.
-inline void prep_auth_send(Sqe& c, uint32_t tl) noexcept;
-inline void prep_auth_receive(Sqe& c, uint32_t al) noexcept;
 
 namespace msg {
 inline constexpr uint8_t kTypeCommon = 0x00;
@@ -131,18 +122,5 @@ Result<Success1> decode_success1(std::span<const uint8_t> m, std::string* why = 
 Result<Success2> decode_success2(std::span<const uint8_t> m, std::string* why = nullptr);
 /// Failure1 or Failure2 (either AUTH_TYPE, as peers differ).
 Result<Failure> decode_failure(std::span<const uint8_t> m, std::string* why = nullptr);
-
-inline void prep_auth_send(Sqe& c, uint32_t tl) noexcept {
-  prep_fabrics(c, kFctypeAuthSend);
-  c.cdw10 = static_cast<uint32_t>(kSecpDhchap) << 24 | static_cast<uint32_t>(kSpspDhchap) << 16 |
-            static_cast<uint32_t>(kSpspDhchap) << 8;
-  c.cdw11 = tl;
-}
-inline void prep_auth_receive(Sqe& c, uint32_t al) noexcept {
-  prep_fabrics(c, kFctypeAuthReceive);
-  c.cdw10 = static_cast<uint32_t>(kSecpDhchap) << 24 | static_cast<uint32_t>(kSpspDhchap) << 16 |
-            static_cast<uint32_t>(kSpspDhchap) << 8;
-  c.cdw11 = al;
-}
 
 }  // namespace nvmeof::auth

@@ -19,6 +19,7 @@
 #include "control/control_plane.hpp"
 #include "auth/dhchap.hpp"
 #include "control/controller_access.hpp"
+#include "control/queue_limits.hpp"
 #include "core/node_memory.hpp"
 #include "fabric/admin.hpp"
 #include "tls/psk.hpp"
@@ -292,11 +293,13 @@ struct AdminOp {
 struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminChannel,
                                              std::enable_shared_from_this<Controller::Impl> {
   Impl(ControlPlane::Impl& c, const TransportAddress& a, const ConnectOptions& o)
-      : cp(c), addr(a), opts(o), ka_timer(c.io), ka_deadline(c.io) {}
+      : cp(c), addr(a), opts(o), limits(detail::transport_limits(a.transport)), ka_timer(c.io),
+        ka_deadline(c.io) {}
 
   ControlPlane::Impl& cp;
   TransportAddress addr;
   ConnectOptions opts;
+  const TransportLimits& limits;  // of addr's transport: every queue of this controller is sized by them
   ControllerInfo info;
   uint64_t cap = 0;
   uint16_t cntlid = 0;
@@ -443,7 +446,7 @@ Result<uint32_t> Controller::Impl::admin_command(const Sqe& cmd, void* data, uin
 }
 
 uint32_t Controller::Impl::admin_max_transfer() const noexcept {
-  return info.max_transfer ? info.max_transfer : tcp::kDefaultMaxTransfer;
+  return detail::admin_max_transfer(limits, info);
 }
 
 void Controller::Impl::fail(std::error_code why) {
@@ -568,8 +571,9 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
                                                         const TransportAddress& addr,
                                                         const ConnectOptions& o) {
   if (addr.transport != Transport::tcp && addr.transport != Transport::rdma) return Errc::unsupported;
-  if (o.subnqn.empty() || o.admin_queue_depth < 2 || o.admin_queue_depth > tcp::kMaxQueueDepth ||
-      o.io_queue_depth == 0 || o.io_queue_depth > tcp::kMaxQueueDepth || o.max_io_queues == 0)
+  const TransportLimits& limits = detail::transport_limits(addr.transport);
+  if (o.subnqn.empty() || o.admin_queue_depth < 2 || o.admin_queue_depth > limits.max_queue_depth ||
+      o.io_queue_depth == 0 || o.io_queue_depth > limits.max_queue_depth || o.max_io_queues == 0)
     return Errc::invalid_argument;
   ConnectOptions opts = o;
   if (opts.hostid == std::array<uint8_t, 16>{}) opts.hostid = process_hostid();
@@ -580,11 +584,14 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   if (!tls) return tls.error();
 
   ControlPlane::Impl& cp = ControllerAccess::impl(plane);
+  const detail::QueueShape shape = detail::admin_queue_shape(limits, opts.admin_queue_depth);
   PairParams pp;
   pp.qid = 0;
-  pp.depth = opts.admin_queue_depth;
+  pp.depth = shape.depth;
+  pp.in_capsule_data = shape.in_capsule_data;
+  pp.max_transfer = shape.max_transfer;
   pp.kato_ms = opts.kato_ms == kKatoShortest ? kProvisionalKatoMs : opts.kato_ms;
-  pp.cntlid = tcp::kAdminCntlid;
+  pp.cntlid = fabric::kAdminCntlid;
   pp.recv_buffer = 64u << 10;
   pp.authenticate = *authenticator;
   pp.tls = *tls;
@@ -700,15 +707,15 @@ Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uin
   if (!impl_->live.load()) return Errc::not_connected;
   const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
   if (depth == 0) depth = impl_->opts.io_queue_depth;
-  depth = std::min({depth, mqes, tcp::kMaxQueueDepth});
+  const detail::QueueShape shape = detail::io_queue_shape(impl_->limits, impl_->info, mqes, depth);
   const auto qid = impl_->qids->acquire();
   if (!qid) return Errc::queue_full;
   PairParams pp;
   pp.qid = *qid;
-  pp.depth = depth;
+  pp.depth = shape.depth;
   pp.cntlid = impl_->cntlid;
-  pp.in_capsule_data = impl_->info.in_capsule_data();
-  pp.max_transfer = impl_->info.max_transfer;
+  pp.in_capsule_data = shape.in_capsule_data;
+  pp.max_transfer = shape.max_transfer;
   pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
   pp.authenticate = impl_->authenticate;
   pp.tls = impl_->tls;

@@ -45,7 +45,7 @@ class KernelEndpoint final : public PathEndpoint {
   Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int) override {
     uring::QpConfig qc;
     qc.device = device_;
-    qc.depth = depth ? depth : 128;
+    qc.depth = std::min(depth ? depth : 128, uring::kLimits.max_queue_depth);
     Reactor* reactor = &r;
     return PreparedQueue{[reactor, qc]() -> Result<std::unique_ptr<QueuePair>> {
       auto qp = uring::QueuePair::open(*reactor, qc);

@@ -16,11 +16,6 @@ std::error_code logged(std::string_view label, std::error_code ec, const std::st
   return ec;
 }
 
-uint32_t auth_cdw10(uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
-  return (static_cast<uint32_t>(secp) << 24) | (static_cast<uint32_t>(spsp1) << 16) |
-         (static_cast<uint32_t>(spsp0) << 8);
-}
-
 std::error_code status_error(const Result<Cqe>& r) {
   if (!r) return r.error();
   const NvmeStatus st = r.value().status();
@@ -61,18 +56,6 @@ std::error_code post_connect(CommandChannel& ch, const PostConnect& ctx, const A
   if (ctx.response.auth_required || ctx.response.secure_channel_required)
     return make_error_code(Errc::authentication_required);
   return {};
-}
-
-void prep_auth_send(Sqe& c, uint32_t tl, uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
-  prep_fabrics(c, fctype::kAuthenticationSend);
-  c.cdw10 = auth_cdw10(secp, spsp0, spsp1);
-  c.cdw11 = tl;
-}
-
-void prep_auth_receive(Sqe& c, uint32_t al, uint8_t secp, uint8_t spsp0, uint8_t spsp1) noexcept {
-  prep_fabrics(c, fctype::kAuthenticationReceive);
-  c.cdw10 = auth_cdw10(secp, spsp0, spsp1);
-  c.cdw11 = al;
 }
 
 std::error_code auth_send(CommandChannel& ch, std::span<const uint8_t> msg,

@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/auth_command.hpp"
 #include "nvmeof/command.hpp"
 #include "nvmeof/status.hpp"
 
@@ -42,14 +43,7 @@ inline constexpr uint16_t kAdminCntlid = 0xffff;  ///< dynamic controller (admin
 inline constexpr size_t kConnectDataLen = 1024;
 inline constexpr size_t kNqnMaxLen = 223;  ///< bytes of an NQN, without its terminating NUL
 
-/// Connect response DW0 (as nvmet and the Linux host place them): CNTLID in 15:0, AUTHREQ.
-inline constexpr uint32_t kAuthReqAtr = 1u << 17;   ///< authentication transaction required
-inline constexpr uint32_t kAuthReqAscr = 1u << 18;  ///< secure channel concatenation required
-
-/// In-band authentication: security protocol and protocol-specific fields (DH-HMAC-CHAP).
-inline constexpr uint8_t kAuthSecpDhchap = 0xe9;  ///< SECP: NVMe DH-HMAC-CHAP
-inline constexpr uint8_t kAuthSpsp0 = 0x01;
-inline constexpr uint8_t kAuthSpsp1 = 0x01;
+// The AUTHREQ bits (kAuthReqAtr, kAuthReqAscr) and prep_auth_send/receive: core/auth_command.hpp.
 
 /// What a queue's Connect says.
 struct ConnectParams {
@@ -120,13 +114,6 @@ using Authenticator = std::function<std::error_code(CommandChannel&, const PostC
 /// The post-connect step: `auth` when set; otherwise nothing, unless the controller asked for
 /// authentication (ATR or ASCR), which fails with Errc::authentication_required.
 std::error_code post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth);
-
-/// Authentication Send (fctype 05h) / Receive (fctype 06h) commands: SECP, SPSP0, SPSP1 in CDW10
-/// (bits 31:24, 15:8, 23:16), TL (Send) or AL (Receive) in CDW11.
-void prep_auth_send(Sqe& c, uint32_t tl, uint8_t secp = kAuthSecpDhchap,
-                    uint8_t spsp0 = kAuthSpsp0, uint8_t spsp1 = kAuthSpsp1) noexcept;
-void prep_auth_receive(Sqe& c, uint32_t al, uint8_t secp = kAuthSecpDhchap,
-                       uint8_t spsp0 = kAuthSpsp0, uint8_t spsp1 = kAuthSpsp1) noexcept;
 
 /// Sends one authentication message on the queue. Errors: the channel's, or the command's
 /// status as an nvme_category() code.

@@ -1,5 +1,6 @@
-// The queue-pair interface every transport implements (TCP now; io_uring passthrough and RDMA
-// later). The multipath layer talks to transports only through this.
+// The queue-pair interface every transport implements (NVMe/TCP, NVMe/RDMA, io_uring
+// passthrough). The multipath layer talks to transports only through this. The fabric
+// transports share its lifecycle through QueuePairBase (reactor/queue_pair_base.hpp).
 //
 // Threading: a queue pair belongs to one Reactor and is used only from that reactor's thread
 // (submit, close, callbacks). No locks, no allocation per I/O.
@@ -41,8 +42,8 @@ enum class QpState : uint8_t {
 
 const char* to_string(QpState s) noexcept;
 
-/// Told when a queue pair leaves `live` (on the reactor thread, before outstanding commands
-/// complete), whether a transport error or close() made it leave.
+/// Told once when a queue pair fails, from `connecting` or from `live` (on the reactor thread,
+/// before outstanding commands complete), whether a transport error or close() made it fail.
 class QueuePairListener {
  public:
   virtual void on_queue_failed(class QueuePair& qp, std::error_code why) noexcept = 0;

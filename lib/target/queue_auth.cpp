@@ -9,7 +9,7 @@ NvmeStatus check_fields(const Sqe& c, uint32_t length) {
   const uint8_t secp = static_cast<uint8_t>(c.cdw10 >> 24);
   const uint8_t spsp1 = static_cast<uint8_t>(c.cdw10 >> 16);
   const uint8_t spsp0 = static_cast<uint8_t>(c.cdw10 >> 8);
-  if (secp != auth::kSecpDhchap || spsp0 != auth::kSpspDhchap || spsp1 != auth::kSpspDhchap || length == 0)
+  if (secp != kAuthSecpDhchap || spsp0 != kAuthSpsp0 || spsp1 != kAuthSpsp1 || length == 0)
     return status::kInvalidField;
   return status::kSuccess;
 }

@@ -195,7 +195,7 @@ void TcpConnection::execute_connect(Slot& s) {
       auth_ = QueueAuth::create(*r.host, r.subsys->nqn(), &why);
       // Target::start validated the keys, so this does not fail.
       if (!auth_) log("authentication set-up failed", why.c_str());
-      dw0 |= auth::kConnectAuthreqAtr;
+      dw0 |= kAuthReqAtr;
       auth_deadline_ns_ = now_ns() + static_cast<uint64_t>(core_.opts.auth_timeout.count()) * 1'000'000;
     }
     ctrl_ = r.ctrl;

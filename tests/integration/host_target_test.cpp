@@ -569,3 +569,51 @@ TEST_CASE("the shared Fabrics Connect and its post-connect step against the targ
   REQUIRE_FALSE(refused);
   CHECK(refused.error() == make_error_code(Errc::unsupported));
 }
+
+namespace {
+struct CountingListener final : QueuePairListener {
+  int calls = 0;
+  std::error_code why;
+  QpState seen = QpState::live;
+  void on_queue_failed(QueuePair& qp, std::error_code w) noexcept override {
+    ++calls;
+    why = w;
+    seen = qp.state();
+  }
+};
+}  // namespace
+
+TEST_CASE("a TCP pair fails the same way before and after start: the listener once, then closed") {
+  Env env;
+  tcp::QpConfig cfg;
+  cfg.trsvcid = env.addr.trsvcid;
+  cfg.qid = 0;
+  cfg.depth = 8;
+  cfg.subnqn = kNqn;
+  cfg.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:lifecycle-test";
+  cfg.connect_timeout = 5000ms;
+  for (const bool started : {false, true}) {
+    INFO((started ? "after start()" : "before start()"));
+    auto qp = tcp::QueuePair::connect(*env.reactor, cfg);
+    REQUIRE(qp);
+    CountingListener l;
+    (*qp)->set_listener(&l);
+    if (started) (*qp)->start();
+    CHECK((*qp)->state() == (started ? QpState::live : QpState::connecting));
+    (*qp)->close();
+    CHECK(l.calls == 1);
+    CHECK(l.why == errno_code(ECANCELED));
+    CHECK(l.seen == QpState::failed);
+    // Before start() nothing is in flight: closed at once; after it, once the receive is back.
+    REQUIRE(env.reactor->run_until([&] { return (*qp)->state() == QpState::closed; }, 2000ms));
+    CHECK((*qp)->inflight_ops() == 0);
+    (*qp)->close();
+    CHECK(l.calls == 1);
+    CHECK((*qp)->error() == errno_code(ECANCELED));
+    IoRequest r{};
+    prep_keep_alive(r.cmd);
+    CHECK((*qp)->submit(r) == -ENOTCONN);
+    qp->reset();
+    CHECK(l.calls == 1);
+  }
+}

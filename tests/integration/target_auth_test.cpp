@@ -73,7 +73,7 @@ auth::HostAuthConfig host_config(const Keys& k, bool bidirectional, auth::DhGrou
 Result<void> authenticate(Client& c, const auth::HostAuthConfig& cfg, uint16_t qid, std::string* why = nullptr) {
   auth::AuthSend send = [&](std::span<const uint8_t> b) -> Result<void> {
     Sqe sqe;
-    auth::prep_auth_send(sqe, static_cast<uint32_t>(b.size()));
+    prep_auth_send(sqe, static_cast<uint32_t>(b.size()));
     Reply r = c.exec(sqe, b.data(), static_cast<uint32_t>(b.size()));
     if (!r.ok) return Errc::connection_closed;
     if (!r.status().is_success()) return make_error_code(r.status());
@@ -81,7 +81,7 @@ Result<void> authenticate(Client& c, const auth::HostAuthConfig& cfg, uint16_t q
   };
   auth::AuthReceive receive = [&](size_t max_len) -> Result<auth::Bytes> {
     Sqe sqe;
-    auth::prep_auth_receive(sqe, static_cast<uint32_t>(max_len));
+    prep_auth_receive(sqe, static_cast<uint32_t>(max_len));
     Reply r = c.exec(sqe, nullptr, 0, static_cast<uint32_t>(max_len));
     if (!r.ok) return Errc::connection_closed;
     if (!r.status().is_success()) return make_error_code(r.status());
@@ -134,7 +134,7 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   Rig rig(options(k, bidirectional));
   Client admin;
   const uint32_t dw0 = connect_admin(admin, rig.port());
-  CHECK((dw0 & auth::kConnectAuthreqAtr) != 0);
+  CHECK((dw0 & kAuthReqAtr) != 0);
   // Authenticate before anything else: the target refuses even property access.
   Reply early = admin.property_get(prop::kCap, true);
   REQUIRE(early.ok);
@@ -149,7 +149,7 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   CHECK(id.status().is_success());
 
   Client io;
-  CHECK((connect_io(io, rig.port(), static_cast<uint16_t>(dw0 & 0xffff)) & auth::kConnectAuthreqAtr) != 0);
+  CHECK((connect_io(io, rig.port(), static_cast<uint16_t>(dw0 & 0xffff)) & kAuthReqAtr) != 0);
   Reply blocked = io.read(1, 0, 1, 4096);
   REQUIRE(blocked.ok);
   CHECK(blocked.status() == auth::kAuthRequired);
@@ -178,11 +178,11 @@ TEST_CASE("a host without a key entry is not asked to authenticate") {
   Rig rig(options(k, false));
   Client admin;
   const uint32_t dw0 = connect_admin(admin, rig.port(), kOtherHost);
-  CHECK((dw0 & auth::kConnectAuthreqAtr) == 0);
+  CHECK((dw0 & kAuthReqAtr) == 0);
   enable(admin);
   // Authentication commands on such a queue have no transaction to join.
   Sqe sqe;
-  auth::prep_auth_receive(sqe, 64);
+  prep_auth_receive(sqe, 64);
   Reply r = admin.exec(sqe, nullptr, 0, 64);
   REQUIRE(r.ok);
   CHECK(r.status() == status::kCommandSequenceError);
@@ -236,11 +236,11 @@ TEST_CASE("a host that stops mid-transaction is dropped after the timeout") {
   auth::HostAuth host(host_config(k, false));
   auth::Step s = host.start();
   Sqe sqe;
-  auth::prep_auth_send(sqe, static_cast<uint32_t>(s.out.size()));
+  prep_auth_send(sqe, static_cast<uint32_t>(s.out.size()));
   Reply sent = admin.exec(sqe, s.out.data(), static_cast<uint32_t>(s.out.size()));
   REQUIRE(sent.ok);
   REQUIRE(sent.status().is_success());
-  auth::prep_auth_receive(sqe, 4096);
+  prep_auth_receive(sqe, 4096);
   Reply challenge = admin.exec(sqe, nullptr, 0, 4096);
   REQUIRE(challenge.ok);
   CHECK(challenge.data[1] == auth::msg::kChallenge);
@@ -261,7 +261,7 @@ TEST_CASE("malformed Authentication Send/Receive commands and messages") {
   connect_admin(admin, rig.port());
   // Wrong SECP: Invalid Field, and the transaction is still open.
   Sqe sqe;
-  auth::prep_auth_receive(sqe, 4096);
+  prep_auth_receive(sqe, 4096);
   sqe.cdw10 = (sqe.cdw10 & 0x00ffffff) | (0xeau << 24);
   Reply r = admin.exec(sqe, nullptr, 0, 4096);
   REQUIRE(r.ok);
@@ -269,11 +269,11 @@ TEST_CASE("malformed Authentication Send/Receive commands and messages") {
   // A short Negotiate: the Authentication Send completes, the next Receive carries Failure1
   // (incorrect payload) and the queue ends.
   const uint8_t shorty[8] = {0, 0, 0, 0, 1, 0, 0, 1};
-  auth::prep_auth_send(sqe, sizeof shorty);
+  prep_auth_send(sqe, sizeof shorty);
   r = admin.exec(sqe, shorty, sizeof shorty);
   REQUIRE(r.ok);
   CHECK(r.status().is_success());
-  auth::prep_auth_receive(sqe, 4096);
+  prep_auth_receive(sqe, 4096);
   r = admin.exec(sqe, nullptr, 0, 4096);
   REQUIRE(r.ok);
   CHECK(r.status().is_success());

@@ -493,7 +493,7 @@ void answer_connect_with(int fd, uint32_t dw0) {
 TEST_CASE("a Connect response that requires authentication fails the set-up without a key") {
   FakeController fake([](int fd) {
     answer_icreq(fd);
-    answer_connect_with(fd, fabric::kAuthReqAtr | 1);
+    answer_connect_with(fd, kAuthReqAtr | 1);
   });
   auto reactor = Reactor::create().value();
   auto qp = tcp::QueuePair::connect(*reactor, config(fake));
@@ -508,7 +508,7 @@ TEST_CASE("the authenticator's AuthSend and AuthReceive reach the controller on 
   std::vector<uint8_t> data_seen(msg.size());
   FakeController fake([&](int fd) {
     answer_icreq(fd);
-    answer_connect_with(fd, fabric::kAuthReqAtr | 1);
+    answer_connect_with(fd, kAuthReqAtr | 1);
     // AuthSend: the message in the capsule.
     CapsuleCmd c;
     REQUIRE(read_exact(fd, &c, sizeof c));

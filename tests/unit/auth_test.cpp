@@ -500,9 +500,9 @@ TEST_CASE("Authentication Send/Receive commands: fields and data direction") {
   const auto* b = reinterpret_cast<const uint8_t*>(&c);
   CHECK(c.opcode == opcode::kFabrics);
   CHECK(fabrics_type(c) == kFctypeAuthSend);
-  CHECK(b[43] == kSecpDhchap);  // SECP, SPSP1, SPSP0, NSSF from byte 43 down
-  CHECK(b[42] == kSpspDhchap);
-  CHECK(b[41] == kSpspDhchap);
+  CHECK(b[43] == kAuthSecpDhchap);  // SECP, SPSP1, SPSP0, NSSF from byte 43 down
+  CHECK(b[42] == kAuthSpsp1);
+  CHECK(b[41] == kAuthSpsp0);
   CHECK(c.cdw11 == 72u);  // TL
   CHECK(is_host_to_controller(c));
   CHECK_FALSE(is_controller_to_host(c));

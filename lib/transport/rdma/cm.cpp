@@ -119,7 +119,8 @@ Layout Layout::make(const QpConfig& cfg) noexcept {
   Layout l;
   l.depth = cfg.depth;
   l.in_capsule = cfg.qid == 0 ? 0 : cfg.in_capsule_data;
-  l.max_transfer = std::min(cfg.max_transfer ? cfg.max_transfer : kDefaultMaxTransfer, kMaxKeyedLength & ~(kPageSize - 1));
+  static_assert(kLimits.max_transfer_cap % kPageSize == 0);
+  l.max_transfer = kLimits.max_transfer(cfg.max_transfer);
   l.cmd_stride = round_up(kCapsuleLen + l.in_capsule, 64);
   l.cmd_off = 0;
   l.recv_off = size_t{l.cmd_stride} * l.depth;

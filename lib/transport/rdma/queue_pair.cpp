@@ -47,22 +47,7 @@ std::error_code wc_error(ibv_wc_status s) {
 
 }  // namespace
 
-enum class Dir : uint8_t { none, to_controller, from_controller };
-
-// One command slot, indexed by CID. A slot completes only when both its response arrived and
-// its SEND came back: until then the device may still read the capsule.
-struct QueuePair::Slot {
-  IoRequest* req = nullptr;
-  bool active = false;
-  bool answered = false;
-  bool send_posted = false;  // handed to the device, its completion not yet reaped
-  Dir dir = Dir::none;
-  uint32_t page = BuddyPool::kNone;  // staging block, or kNone
-  uint32_t pages = 0;
-  Cqe cqe{};
-  ibv_send_wr wr{};
-  ibv_sge sge{};
-};
+using Dir = CommandSlot::Dir;
 
 // The two io_uring polls (CQ completion channel, rdma_cm event channel) name this object. It
 // normally dies with the pair; if a poll cannot be cancelled within the drain bound, it is left
@@ -124,12 +109,8 @@ Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
   }
   auto crq = detail::establish(*qp->res_, cfg, deadline, label);
   if (!crq) return give_up(crq.error());
-  if (*crq < qp->depth_) {
-    // The controller holds fewer commands than we asked for: use only the first CRQSIZE slots.
-    qp->depth_ = *crq;
-    qp->free_top_ = 0;
-    for (uint32_t i = qp->depth_; i-- > 0;) qp->free_[qp->free_top_++] = static_cast<uint16_t>(i);
-  }
+  // The controller may hold fewer commands than we asked for: use only the first CRQSIZE slots.
+  qp->limit_depth(*crq);
   // Fabrics Connect and the post-connect step, their completions reaped here (not started yet).
   struct Channel final : fabric::CommandChannel {
     explicit Channel(QueuePair& q) : qp(q) {}
@@ -139,7 +120,7 @@ Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
     }
     QueuePair& qp;
   } channel(*qp);
-  const fabric::ConnectParams params{cfg.qid, qp->depth_, cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
+  const fabric::ConnectParams params{cfg.qid, qp->depth(), cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
   auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
   if (!rsp) return give_up(rsp.error());
   Connected out;
@@ -151,17 +132,12 @@ Result<Connected> QueuePair::connect(Reactor& reactor, const QpConfig& cfg) {
 
 QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, const Layout& l,
                      std::unique_ptr<Resources> res, std::string label)
-    : reactor_(reactor),
+    : QueuePairBase(std::move(label), l.depth),
+      reactor_(reactor),
       cfg_(cfg),
       layout_(l),
       res_(std::move(res)),
-      label_(std::move(label)),
-      depth_(l.depth),
       pool_(l.pool_order) {
-  slots_ = std::make_unique<Slot[]>(l.depth);
-  free_ = std::make_unique<uint16_t[]>(l.depth);
-  for (uint32_t i = 0; i < l.depth; ++i) free_[i] = static_cast<uint16_t>(l.depth - 1 - i);
-  free_top_ = l.depth;
   recv_wr_ = std::make_unique<ibv_recv_wr[]>(l.depth);
   recv_sge_ = std::make_unique<ibv_sge[]>(l.depth);
   for (uint32_t i = 0; i < l.depth; ++i) {
@@ -230,12 +206,11 @@ void QueuePair::teardown() noexcept {
   torn_down_ = true;
   res_->destroy_qp();
   posted_sends_ = posted_recvs_ = 0;
-  check_drained();
+  settle();
 }
 
 void QueuePair::start() noexcept {
-  if (state_ != QpState::connecting || started_) return;
-  state_ = QpState::live;
+  if (started_ || !go_live()) return;
   started_ = true;
   reactor_.add_poller(&QueuePair::poll_fn, this);
   arm_watches();
@@ -268,8 +243,8 @@ int QueuePair::queue_command(IoRequest& req) noexcept {
     else return -EINVAL;
     if (!req.data) return -EINVAL;
   }
-  if (free_top_ == 0) [[unlikely]] return -EAGAIN;
-  const uint16_t cid = free_[free_top_ - 1];
+  if (!has_free_slot()) [[unlikely]] return -EAGAIN;
+  const uint16_t cid = next_slot();
   Slot& s = slots_[cid];
   uint8_t* cmd = cmd_buf(cid);
   uint32_t send_len = kCapsuleLen;
@@ -291,12 +266,9 @@ int QueuePair::queue_command(IoRequest& req) noexcept {
   } else {
     set_keyed_sgl(req.cmd, 0, 0, 0);
   }
-  --free_top_;
-  req.cmd.cid = cid;
+  take_slot(req);  // `cid`, written into req.cmd.cid
   req.submit_ns = reactor_.now_ns();
   std::memcpy(cmd, &req.cmd, kCapsuleLen);
-  s.req = &req;
-  s.active = true;
   s.answered = false;
   s.send_posted = false;
   s.dir = dir;
@@ -306,7 +278,6 @@ int QueuePair::queue_command(IoRequest& req) noexcept {
   if (pend_tail_) pend_tail_->next = &s.wr;
   else pend_head_ = &s.wr;
   pend_tail_ = &s.wr;
-  ++outstanding_;
   return 0;
 }
 
@@ -336,7 +307,7 @@ int QueuePair::turn() noexcept {
   n += post_sends();
   // A reactor may sleep (or, on the control thread, not turn at all) until io_uring reports
   // something: while commands are in flight the CQ stays armed and its channel polled.
-  if ((outstanding_ || state_ == QpState::failed) && !cq_notify_armed_) {
+  if ((outstanding() || state_ == QpState::failed) && !cq_notify_armed_) {
     arm_cq();
     n += reap();  // what arrived before the CQ was armed raises no event
     n += post_sends();
@@ -383,7 +354,7 @@ int QueuePair::reap() noexcept {
     total += n;
     if (n < kPollBatch) break;
   }
-  if (state_ == QpState::failed) check_drained();
+  if (state_ == QpState::failed) settle();
   return total;
 }
 
@@ -399,7 +370,7 @@ void QueuePair::on_response(uint32_t index, uint32_t len) noexcept {
     fail(errno_code(EIO), "ibv_post_recv");
     return;
   }
-  if (cqe.cid >= layout_.depth || !slots_[cqe.cid].active || slots_[cqe.cid].answered) {
+  if (!is_outstanding(cqe.cid) || slots_[cqe.cid].answered) {
     fail(make_error_code(Errc::protocol_error), "response for a CID with no command outstanding");
     return;
   }
@@ -411,7 +382,7 @@ void QueuePair::on_response(uint32_t index, uint32_t len) noexcept {
 
 void QueuePair::maybe_finish(uint16_t cid) noexcept {
   Slot& s = slots_[cid];
-  if (!s.active || !s.answered || s.send_posted) return;
+  if (!s.req || !s.answered || s.send_posted) return;
   if (state_ != QpState::live && state_ != QpState::connecting) return;
   if (s.dir == Dir::from_controller && s.cqe.status().is_success())
     std::memcpy(s.req->data, res_->region + layout_.pool_off + size_t{s.page} * kPageSize, s.req->data_len);
@@ -419,26 +390,18 @@ void QueuePair::maybe_finish(uint16_t cid) noexcept {
 }
 
 void QueuePair::release(uint16_t cid, const Cqe& cqe) noexcept {
-  Slot& s = slots_[cid];
-  IoRequest* req = s.req;
-  if (s.page != BuddyPool::kNone) pool_.free(s.page, s.pages);
-  s.page = BuddyPool::kNone;
-  s.req = nullptr;
-  s.active = false;
-  s.answered = false;
-  free_[free_top_++] = cid;
-  --outstanding_;
-  if (req->on_complete) req->on_complete(*req, cqe);
+  QueuePair::retire_slot(cid);  // qualified: a direct call on the hot path
+  complete_slot(cid, cqe);
 }
 
-void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
+void QueuePair::retire_slot(uint16_t cid) noexcept {
+  Slot& s = slots_[cid];
+  if (s.page != BuddyPool::kNone) pool_.free(s.page, s.pages);
+  s.page = BuddyPool::kNone;
+  s.answered = false;
+}
 
-void QueuePair::fail(std::error_code why, const char* detail) noexcept {
-  if (state_ == QpState::failed || state_ == QpState::closed) return;
-  state_ = QpState::failed;
-  error_ = why;
-  if (why != std::errc::operation_canceled)
-    nvmeof::detail::log_warning("nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail, why.message().c_str());
+void QueuePair::stop_transport() noexcept {
   pend_head_ = pend_tail_ = nullptr;  // never posted: they complete at the drain
   if (res_->id && res_->id->qp) {
     // The error state makes the device flush every posted request and refuse the target's
@@ -448,26 +411,8 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
     a.qp_state = IBV_QPS_ERR;
     ibv_modify_qp(res_->id->qp, &a, IBV_QP_STATE);
   }
-  if (listener_) listener_->on_queue_failed(*this, why);
+  // The flushed completions wake a reactor that sleeps in io_uring.
   if (started_) arm_cq();
-  check_drained();
-}
-
-void QueuePair::check_drained() noexcept {
-  if (state_ != QpState::failed || !drained()) return;
-  state_ = QpState::closed;
-  complete_all();
-}
-
-void QueuePair::complete_all() noexcept {
-  for (uint32_t cid = 0; cid < layout_.depth; ++cid) {
-    if (!slots_[cid].active) continue;
-    Cqe c{};
-    c.cid = static_cast<uint16_t>(cid);
-    c.sq_id = cfg_.qid;
-    c.status_field = status::kHostPathError.cqe_field();
-    release(static_cast<uint16_t>(cid), c);
-  }
 }
 
 void QueuePair::arm_cq() noexcept {

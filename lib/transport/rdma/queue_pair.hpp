@@ -40,6 +40,7 @@
 
 #include "core/node_memory.hpp"
 #include "reactor/queue_pair.hpp"
+#include "reactor/queue_pair_base.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/rdma/buddy_pool.hpp"
 #include "transport/rdma/connect.hpp"
@@ -99,7 +100,23 @@ Result<uint16_t> establish(Resources& r, const QpConfig& cfg, Clock::time_point 
 std::string make_label(const QpConfig& cfg);
 }  // namespace detail
 
-class QueuePair final : public nvmeof::QueuePair {
+/// One command slot, indexed by CID (QueueSlot::req while outstanding). A slot completes only
+/// when both its response arrived and its SEND came back: until then the device may still read
+/// the capsule. Complete here because QueuePairBase's members use it.
+struct CommandSlot : QueueSlot {
+  enum class Dir : uint8_t { none, to_controller, from_controller };
+
+  bool answered = false;
+  bool send_posted = false;  // handed to the device, its completion not yet reaped
+  Dir dir = Dir::none;
+  uint32_t page = BuddyPool::kNone;  // staging block, or kNone
+  uint32_t pages = 0;
+  Cqe cqe{};
+  ibv_send_wr wr{};
+  ibv_sge sge{};
+};
+
+class QueuePair final : public QueuePairBase<CommandSlot> {
  public:
   /// See rdma::connect().
   static Result<Connected> connect(Reactor& reactor, const QpConfig& cfg);
@@ -110,21 +127,15 @@ class QueuePair final : public nvmeof::QueuePair {
   void start() noexcept;
 
   int submit(IoRequest& req) noexcept override;
-  /// The pair fails with errno ECANCELED (system category) unless it already failed.
-  void close() noexcept override;
-  QpState state() const noexcept override { return state_; }
-  std::error_code error() const noexcept override { return error_; }
+  // close(), state(), error(), depth(), outstanding(), label(): QueuePairBase.
   uint16_t qid() const noexcept override { return cfg_.qid; }
-  uint32_t depth() const noexcept override { return depth_; }
-  uint32_t outstanding() const noexcept override { return outstanding_; }
   uint32_t max_transfer() const noexcept override { return layout_.max_transfer; }
-  const std::string& label() const noexcept { return label_; }
 
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
 
  private:
-  struct Slot;
+  using Slot = CommandSlot;
   struct Watch;
 
   QueuePair(Reactor& reactor, const QpConfig& cfg, const Layout& l,
@@ -139,9 +150,12 @@ class QueuePair final : public nvmeof::QueuePair {
   void on_response(uint32_t index, uint32_t len) noexcept;
   void maybe_finish(uint16_t cid) noexcept;
   void release(uint16_t cid, const Cqe& cqe) noexcept;
-  void fail(std::error_code why, const char* detail) noexcept;
-  void check_drained() noexcept;
-  void complete_all() noexcept;
+  // QueuePairBase's hooks: disconnect and move the QP to the error state (the device flushes
+  // every posted request); quiet once every SEND and RECV is back; a drained slot gives its
+  // staging memory back.
+  void stop_transport() noexcept override;
+  bool transport_quiet() const noexcept override { return drained(); }
+  void retire_slot(uint16_t cid) noexcept override;
   void arm_cq() noexcept;
   void arm_watches() noexcept;
   void on_cq_event() noexcept;
@@ -157,20 +171,12 @@ class QueuePair final : public nvmeof::QueuePair {
   QpConfig cfg_;
   Layout layout_;
   std::unique_ptr<Resources> res_;
-  std::string label_;
-  QpState state_ = QpState::connecting;
-  std::error_code error_;
-  uint32_t depth_ = 0;
-  uint32_t outstanding_ = 0;
   uint32_t posted_sends_ = 0;
   uint32_t posted_recvs_ = 0;
   bool started_ = false;
   bool cq_notify_armed_ = false;
   bool torn_down_ = false;
 
-  std::unique_ptr<Slot[]> slots_;
-  std::unique_ptr<uint16_t[]> free_;
-  uint32_t free_top_ = 0;
   ibv_send_wr* pend_head_ = nullptr;  // SENDs queued this turn, chained for one post
   ibv_send_wr* pend_tail_ = nullptr;
   std::unique_ptr<ibv_recv_wr[]> recv_wr_;

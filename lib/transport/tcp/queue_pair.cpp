@@ -17,9 +17,8 @@
 namespace nvmeof::tcp {
 namespace {
 
-constexpr uint16_t kNil = 0xffff;
-// Header + header digest + padding up to the largest CPDA alignment (128 bytes).
-constexpr size_t kHdrArea = 128;
+constexpr uint16_t kNil = CommandSlot::kNil;
+constexpr size_t kHdrArea = CommandSlot::kHdrArea;
 constexpr unsigned kMaxIov = 256;
 constexpr unsigned kArenaEntries = 64;
 constexpr auto kDrainBound = std::chrono::seconds(2);
@@ -29,42 +28,11 @@ constexpr size_t kTlsTxChunk = 256u << 10;
 constexpr size_t kTlsPlain = 64u << 10;
 constexpr size_t kTlsStage = 16u << 10;
 
-enum class Dir : uint8_t { none, to_controller, from_controller };
-enum class Phase : uint8_t { free, active, answered };
-enum class SendWork : uint8_t { capsule, h2c };
-
-Cqe host_path_error_cqe(uint16_t cid) {
-  Cqe c{};
-  c.cid = cid;
-  c.status_field = status::kHostPathError.cqe_field();
-  return c;
-}
+using Dir = CommandSlot::Dir;
+using Phase = CommandSlot::Phase;
+using SendWork = CommandSlot::SendWork;
 
 }  // namespace
-
-// One command slot, indexed by CID. `phase` answered means the response arrived while the send
-// in flight still references the slot's header or the request's data; the completion waits
-// for that send to finish so the caller never gets a buffer the kernel may still read.
-struct QueuePair::Slot {
-  IoRequest* req = nullptr;
-  Phase phase = Phase::free;
-  Dir dir = Dir::none;
-  SendWork work = SendWork::capsule;
-  bool in_capsule = false;
-  bool queued = false;    // in the send queue
-  bool in_batch = false;  // referenced by the send in flight
-  bool discard = false;   // detach_data(): C2H data for it is dropped
-  uint16_t next = kNil;   // send queue link
-  uint16_t ttag = 0;
-  uint32_t hdr_len = 0;   // bytes of hdr[] to send (header, digest, padding)
-  uint32_t ddgst = 0;     // data digest of in-capsule data
-  uint32_t h2c_off = 0;   // next byte to send for the current R2T
-  uint32_t h2c_left = 0;  // bytes of the current R2T not yet sent
-  uint32_t r2t_next = 0;  // where the next R2T must start
-  uint32_t c2h_next = 0;  // read data received so far
-  Cqe cqe{};
-  alignas(8) uint8_t hdr[kHdrArea];
-};
 
 // Everything the kernel may touch while an operation is in flight. It normally dies with the
 // pair; if the pair is destroyed while operations are still in flight past the drain bound,
@@ -138,24 +106,20 @@ Result<std::unique_ptr<QueuePair>> QueuePair::connect(Reactor& reactor, const Qp
 
 QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, int fd, const Session& s,
                      std::string label, std::unique_ptr<tls::Session> tls)
-    : reactor_(reactor),
+    : QueuePairBase(std::move(label), cfg.depth),
+      reactor_(reactor),
       cfg_(cfg),
       session_(s),
-      label_(std::move(label)),
       reader_(Role::host, 4096),
       sendq_head_(kNil),
       sendq_tail_(kNil) {
   in_capsule_ = cfg.in_capsule_data ? cfg.in_capsule_data : (cfg.qid == 0 ? kAdminInCapsuleData : 0);
-  max_transfer_ = cfg.max_transfer ? cfg.max_transfer : kDefaultMaxTransfer;
+  max_transfer_ = kLimits.max_transfer(cfg.max_transfer);
   send_neg_ = Negotiated{s.hdgst, s.ddgst, s.cpda};
   reader_.set_negotiated(Negotiated{s.hdgst, s.ddgst, 0});
   reader_.set_max_data(std::max<uint32_t>(max_transfer_, 4096));
-  // The pair is created on the thread that will drive it (a pinned reactor): its slots and
-  // staging buffer go on that thread's memory node.
-  slots_ = nvmeof::detail::NodeArray<Slot>(cfg.depth, nvmeof::detail::thread_memory_node());
-  free_ = std::make_unique<uint16_t[]>(cfg.depth);
-  for (uint32_t i = 0; i < cfg.depth; ++i) free_[i] = static_cast<uint16_t>(cfg.depth - 1 - i);
-  free_top_ = cfg.depth;
+  // The pair is created on the thread that will drive it (a pinned reactor): its slots (see
+  // QueuePairBase) and staging buffer go on that thread's memory node.
   core_ = new IoCore();
   core_->qp = this;
   core_->fd = fd;
@@ -197,7 +161,7 @@ QueuePair::~QueuePair() {
     nvmeof::detail::log_warning("nvmeof: %s: %d socket operations still in flight at destruction\n",
                  label_.c_str(), core_->inflight);
     core_->qp = nullptr;  // the core frees itself and closes the socket when they complete
-    finish_teardown();
+    finish_teardown();    // orphaned, the core counts as quiet: the requests complete now
   } else {
     finish_teardown();
     if (core_->fd >= 0) ::close(core_->fd);
@@ -214,8 +178,7 @@ bool QueuePair::registered_receive() const noexcept { return core_ && core_->rbu
 int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 0; }
 
 void QueuePair::start() noexcept {
-  if (state_ != QpState::connecting) return;
-  state_ = QpState::live;
+  if (!go_live()) return;
   core_->reactor = &reactor_;
   if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
     core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
@@ -236,17 +199,15 @@ int QueuePair::submit(IoRequest& req) noexcept {
     else return -EINVAL;  // bidirectional or no-data opcode with a buffer
     if (!req.data) return -EINVAL;
   }
-  if (free_top_ == 0) [[unlikely]] return -EAGAIN;
-  const uint16_t cid = free_[--free_top_];
+  if (!has_free_slot()) [[unlikely]] return -EAGAIN;
+  const uint16_t cid = take_slot(req);
   Slot& s = slots_[cid];
-  s.req = &req;
   s.phase = Phase::active;
   s.dir = dir;
   s.work = SendWork::capsule;
   s.in_capsule = dir == Dir::to_controller && len <= in_capsule_;
   s.h2c_off = s.h2c_left = s.r2t_next = s.c2h_next = 0;
   s.discard = false;
-  req.cmd.cid = cid;
   req.submit_ns = reactor_.now_ns();
 
   const uint32_t icd = s.in_capsule ? len : 0;
@@ -266,7 +227,6 @@ int QueuePair::submit(IoRequest& req) noexcept {
     if (send_neg_.ddgst) s.ddgst = nvmeof::detail::crc32c(req.data, len);
   }
   s.hdr_len = end;
-  ++outstanding_;
   enqueue(cid);
   return 0;
 }
@@ -639,45 +599,32 @@ void QueuePair::complete(uint16_t cid, const Cqe& cqe) noexcept {
 }
 
 void QueuePair::release(uint16_t cid, const Cqe& cqe) noexcept {
+  QueuePair::retire_slot(cid);  // qualified: a direct call on the hot path
+  // The slot is free before the callback runs, so the callback can submit again.
+  complete_slot(cid, cqe);
+}
+
+void QueuePair::retire_slot(uint16_t cid) noexcept {
   Slot& s = slots_[cid];
-  IoRequest* req = s.req;
-  s.req = nullptr;
   s.phase = Phase::free;
   s.queued = s.in_batch = false;
   s.next = kNil;
-  free_[free_top_++] = cid;
-  --outstanding_;
-  // The slot is free before the callback runs, so the callback can submit again.
-  if (req->on_complete) req->on_complete(*req, cqe);
 }
 
-void QueuePair::close() noexcept {
-  if (state_ == QpState::connecting) {
-    state_ = QpState::closed;
-    error_ = errno_code(ECANCELED);
-    return;  // never started: nothing in flight; the destructor closes the socket
-  }
-  fail(errno_code(ECANCELED), nullptr);
-}
-
-void QueuePair::fail(std::error_code why, const char* detail) noexcept {
-  if (state_ != QpState::live) return;
-  state_ = QpState::failed;
-  error_ = why;
-  if (detail)
-    nvmeof::detail::log_warning("nvmeof: %s: %s: %s\n", label_.c_str(), why.message().c_str(), detail);
+// The socket is shut down at once (waking a pending receive with 0 and a send with EPIPE); the
+// cancellations cover a kernel that has not yet picked the operations up. The descriptor itself
+// is closed only once nothing is in flight (on_quiet), so its number cannot be reused under a
+// pending operation.
+void QueuePair::stop_transport() noexcept {
   IoCore& c = *core_;
   // TLS: our own close tells the controller with a close_notify (best effort, never waits),
   // unless a send is in flight (the alert would land inside its record stream).
-  if (tls_ && why == errno_code(ECANCELED) && !c.send_active) {
+  if (tls_ && error_ == errno_code(ECANCELED) && !c.send_active) {
     tls_->close();
     uint8_t alert[64];
     const size_t n = tls_->take_output(alert);
     if (n > 0) (void)::send(c.fd, alert, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
-  // Wakes any pending receive (returns 0) and send (EPIPE); the cancellations cover a kernel
-  // that has not yet picked the operations up. The descriptor itself is closed only once
-  // nothing is in flight, so its number cannot be reused under a pending operation.
   ::shutdown(c.fd, SHUT_RDWR);
   auto cancel = [this](IoHandler* h) {
     if (io_uring_sqe* sqe = reactor_.get_sqe()) {
@@ -687,24 +634,23 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
   };
   if (c.recv_armed) cancel(&c.recv_h);
   if (c.send_in_kernel) cancel(&c.send_h);
-  if (listener_) listener_->on_queue_failed(*this, why);
-  if (c.inflight == 0) finish_teardown();
 }
 
-void QueuePair::finish_teardown() noexcept {
-  if (draining_ || state_ == QpState::closed) return;
-  draining_ = true;
+// An orphaned core (the destructor gave up waiting) counts as quiet: what it still has in flight
+// is the kernel's, freed with the core.
+bool QueuePair::transport_quiet() const noexcept {
+  return !core_ || core_->qp != this || core_->inflight == 0;
+}
+
+void QueuePair::finish_teardown() noexcept { settle(); }
+
+void QueuePair::on_quiet() noexcept {
   if (core_ && core_->qp == this && core_->inflight == 0 && core_->fd >= 0) {
     ::close(core_->fd);
     core_->fd = -1;
   }
   sendq_head_ = sendq_tail_ = kNil;
   if (core_) core_->send_active = false;
-  for (uint32_t cid = 0; cid < cfg_.depth; ++cid) {
-    if (slots_[cid].phase != Phase::free) release(static_cast<uint16_t>(cid), host_path_error_cqe(static_cast<uint16_t>(cid)));
-  }
-  state_ = QpState::closed;
-  draining_ = false;
 }
 
 // ---- TLS (QpConfig::tls): the session between the PDUs and the socket -----------------------

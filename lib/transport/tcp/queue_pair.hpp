@@ -33,7 +33,9 @@
 #include "fabric/connect.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"
+#include "reactor/queue_pair_base.hpp"
 #include "reactor/reactor.hpp"
+#include "reactor/transport_limits.hpp"
 #include "tls/psk.hpp"
 #include "transport/tcp/pdu.hpp"
 
@@ -49,6 +51,8 @@ inline constexpr uint32_t kAdminInCapsuleData = 8192;
 /// Transfer cap when the controller reports no MDTS.
 inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
 inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
+/// NVMe/TCP's limits as the controller sees them (reactor/transport_limits.hpp).
+inline constexpr TransportLimits kLimits{kMaxQueueDepth, kAdminInCapsuleData, kDefaultMaxTransfer};
 
 struct QpConfig {
   std::string traddr = "127.0.0.1";
@@ -106,7 +110,38 @@ inline unsigned advance_iov(iovec* iov, unsigned start, unsigned count, size_t s
   return start;
 }
 
-class QueuePair final : public nvmeof::QueuePair {
+/// One command slot, indexed by CID (QueueSlot::req while outstanding). `phase` answered means
+/// the response arrived while the send in flight still references the slot's header or the
+/// request's data; the completion waits for that send to finish so the caller never gets a
+/// buffer the kernel may still read. Complete here because QueuePairBase's members use it.
+struct CommandSlot : QueueSlot {
+  static constexpr uint16_t kNil = 0xffff;
+  /// Header + header digest + padding up to the largest CPDA alignment (128 bytes).
+  static constexpr size_t kHdrArea = 128;
+  enum class Dir : uint8_t { none, to_controller, from_controller };
+  enum class Phase : uint8_t { free, active, answered };
+  enum class SendWork : uint8_t { capsule, h2c };
+
+  Phase phase = Phase::free;
+  Dir dir = Dir::none;
+  SendWork work = SendWork::capsule;
+  bool in_capsule = false;
+  bool queued = false;    // in the send queue
+  bool in_batch = false;  // referenced by the send in flight
+  bool discard = false;   // detach_data(): C2H data for it is dropped
+  uint16_t next = kNil;   // send queue link
+  uint16_t ttag = 0;
+  uint32_t hdr_len = 0;   // bytes of hdr[] to send (header, digest, padding)
+  uint32_t ddgst = 0;     // data digest of in-capsule data
+  uint32_t h2c_off = 0;   // next byte to send for the current R2T
+  uint32_t h2c_left = 0;  // bytes of the current R2T not yet sent
+  uint32_t r2t_next = 0;  // where the next R2T must start
+  uint32_t c2h_next = 0;  // read data received so far
+  Cqe cqe{};
+  alignas(8) uint8_t hdr[kHdrArea];
+};
+
+class QueuePair final : public QueuePairBase<CommandSlot> {
  public:
   /// Blocking set-up bounded by cfg.connect_timeout. Returns the pair in QpState::connecting;
   /// call start() on the reactor's thread to make it live. Errors: invalid_argument (depth,
@@ -126,13 +161,8 @@ class QueuePair final : public nvmeof::QueuePair {
   void start() noexcept;
 
   int submit(IoRequest& req) noexcept override;
-  /// The pair fails with errno ECANCELED (system category) unless it already failed.
-  void close() noexcept override;
-  QpState state() const noexcept override { return state_; }
-  std::error_code error() const noexcept override { return error_; }
+  // close(), state(), error(), depth(), outstanding(), label(): QueuePairBase.
   uint16_t qid() const noexcept override { return cfg_.qid; }
-  uint32_t depth() const noexcept override { return cfg_.depth; }
-  uint32_t outstanding() const noexcept override { return outstanding_; }
   uint32_t max_transfer() const noexcept override { return max_transfer_; }
   /// C2H data still to come for `req` is received into nothing (the reader drops it).
   bool detach_data(IoRequest& req) noexcept override;
@@ -140,8 +170,6 @@ class QueuePair final : public nvmeof::QueuePair {
   const Session& session() const noexcept { return session_; }
   /// Socket operations the kernel may still complete (diagnostics, tests).
   int inflight_ops() const noexcept;
-  /// "tcp 127.0.0.1:4420 qid 1", the prefix of this pair's log lines.
-  const std::string& label() const noexcept { return label_; }
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
   /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
@@ -152,7 +180,7 @@ class QueuePair final : public nvmeof::QueuePair {
   QueuePair& operator=(const QueuePair&) = delete;
 
  private:
-  struct Slot;
+  using Slot = CommandSlot;
   struct IoCore;
   struct RecvSink;
   friend struct RecvSink;
@@ -171,7 +199,13 @@ class QueuePair final : public nvmeof::QueuePair {
   bool tls_next_chunk() noexcept;
   void tls_receive(size_t n) noexcept;
   void batch_done() noexcept;
-  void fail(std::error_code why, const char* detail) noexcept;
+  // QueuePairBase's hooks: shut the socket down and cancel its operations; quiet once none is
+  // in flight; then close the descriptor and forget the send queue.
+  void stop_transport() noexcept override;
+  bool transport_quiet() const noexcept override;
+  void on_quiet() noexcept override;
+  void retire_slot(uint16_t cid) noexcept override;
+  /// A socket operation came back while the pair is not live: drain and close once none is left.
   void finish_teardown() noexcept;
   void complete(uint16_t cid, const Cqe& cqe) noexcept;
   void release(uint16_t cid, const Cqe& cqe) noexcept;
@@ -186,22 +220,14 @@ class QueuePair final : public nvmeof::QueuePair {
   Reactor& reactor_;
   QpConfig cfg_;
   Session session_;
-  std::string label_;
-  QpState state_ = QpState::connecting;
-  std::error_code error_;
   uint32_t in_capsule_ = 0;
   uint32_t max_transfer_ = 0;
-  uint32_t outstanding_ = 0;
   bool poller_added_ = false;
-  bool draining_ = false;
 
   Negotiated send_neg_{};  // digests + CPDA for PDUs we send
   PduReader reader_;
   const char* fail_detail_ = "";
 
-  nvmeof::detail::NodeArray<Slot> slots_;  // on the creating thread's memory node
-  std::unique_ptr<uint16_t[]> free_;
-  uint32_t free_top_ = 0;
   uint16_t sendq_head_;
   uint16_t sendq_tail_;
 
