@@ -10,7 +10,11 @@
 // Every wait has a timeout; one that expires names what it waited for and lists what was still in
 // flight. Run by bench/soak.sh; exits 1 on errors, mismatches or I/O that never finished.
 #include <dirent.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,13 +22,21 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <cstdarg>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
+#include "bench/fault_target.hpp"
 #include "bench/workload.hpp"
+#include "core/log.hpp"
+#include "multipath/io_trace.hpp"
+#include <nlohmann/json.hpp>
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -41,8 +53,8 @@ constexpr const char* kChaosNames[kChaosKinds] = {"reset",        "partition", "
                                                   "ana_change",   "slow",      "fail_status",
                                                   "all_down"};
 
-uint64_t rss_kib() {
-  std::ifstream f("/proc/self/status");
+uint64_t rss_kib(const std::string& status = "/proc/self/status") {
+  std::ifstream f(status);
   std::string line;
   while (std::getline(f, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
@@ -91,6 +103,255 @@ void dump_malloc_info(const std::string& path) {
 
 double ms_of(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
+// What the diagnostics at the end line the slowest I/Os up against: the faults the soak made
+// and the library's log lines, with their times. Fixed rings, allocated before the first
+// sample, so that keeping them does not show as RSS growth.
+struct Note {
+  uint64_t ns = 0;
+  char text[152] = {};
+};
+class NoteRing {
+ public:
+  explicit NoteRing(size_t n) : notes_(n) {}
+  void add(uint64_t ns, const char* fmt, ...) __attribute__((format(printf, 3, 4))) {
+    std::lock_guard lock(mu_);
+    Note& n = notes_[next_++ % notes_.size()];
+    n.ns = ns;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(n.text, sizeof n.text, fmt, ap);
+    va_end(ap);
+  }
+  /// The notes from `from` to `to`, oldest first (those the ring still holds).
+  std::vector<Note> between(uint64_t from, uint64_t to) const {
+    std::lock_guard lock(mu_);
+    std::vector<Note> out;
+    const size_t n = std::min(next_, notes_.size());
+    for (size_t i = next_ - n; i < next_; ++i) {
+      const Note& x = notes_[i % notes_.size()];
+      if (x.ns >= from && x.ns <= to) out.push_back(x);
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Note> notes_;
+  size_t next_ = 0;
+};
+
+NoteRing g_faults(16384);
+NoteRing g_library_log(16384);
+
+void library_log_sink(int, const char* msg, void*) {
+  std::fprintf(stderr, "%s\n", msg);  // soak.sh counts these
+  g_library_log.add(monotonic_ns(), "%s", std::strncmp(msg, "nvmeof: ", 8) == 0 ? msg + 8 : msg);
+}
+
+// The history of every I/O while it is in flight (the library's step hook), and of the slowest
+// ones outside the all-down windows and every failed one once they finish. The hook runs on the
+// volume's one lane thread; the kept histories are read by the main thread at the end.
+class IoTracer {
+ public:
+  struct Step {
+    uint64_t ns = 0;
+    detail::IoTraceEvent ev{};
+    int16_t path = -1;
+    uint16_t status = 0;
+  };
+  static constexpr size_t kSteps = 48;
+  struct History {
+    uint64_t start_ns = 0, end_ns = 0;
+    IoOp op = IoOp::read;
+    uint64_t lba = 0;
+    uint16_t status = 0;
+    uint32_t epoch = 0;
+    uint32_t n = 0;  // steps seen (those past kSteps are not kept)
+    std::array<Step, kSteps> steps{};
+    uint64_t latency() const { return end_ns - start_ns; }
+  };
+
+  static IoTracer& instance() {
+    static IoTracer t;
+    return t;
+  }
+  void start(uint64_t threshold_ns) {
+    threshold_ns_ = threshold_ns;
+    live_.reserve(4096);
+    slow_reads_.reserve(kKeep);  // up front: the kept histories must not show as RSS growth
+    slow_writes_.reserve(kKeep);
+    failed_.reserve(kKeep);
+    detail::g_io_trace_for_test = &IoTracer::hook;
+  }
+  void stop() { detail::g_io_trace_for_test = nullptr; }
+  /// The soak's all-down windows (same rule as the workload: inside when submitted in one, or
+  /// one opened or closed since).
+  void set_window(bool open) { epoch_.store(epoch_.load() + 1); (void)open; }
+  void set_timed(bool on) { timed_.store(on); }
+
+  std::vector<History> slowest(IoOp op) const {
+    std::lock_guard lock(mu_);
+    std::vector<History> v = op == IoOp::read ? slow_reads_ : slow_writes_;
+    std::sort(v.begin(), v.end(), [](const History& a, const History& b) { return a.latency() > b.latency(); });
+    return v;
+  }
+  std::vector<History> failed() const {
+    std::lock_guard lock(mu_);
+    return failed_;
+  }
+  uint64_t slow_outside(IoOp op) const { return op == IoOp::read ? n_slow_reads_ : n_slow_writes_; }
+  /// What the slow reads outside the windows went through (the first class that applies).
+  enum Kind : uint8_t { waited, orphaned, retried, hedged, one_attempt, kKinds };
+  static constexpr const char* kKindNames[kKinds] = {"waited for a usable path", "path failed under it",
+                                                     "retried after an error status", "hedged",
+                                                     "one attempt, never hedged"};
+  struct KindCount {
+    uint64_t n = 0, max_ns = 0;
+  };
+  std::array<KindCount, kKinds> kinds() const {
+    std::lock_guard lock(mu_);
+    return kinds_;
+  }
+
+ private:
+  static constexpr size_t kKeep = 256;
+  static void hook(const VolumeIo& io, detail::IoTraceEvent ev, int path, uint16_t status) {
+    instance().step(io, ev, path, status);
+  }
+  void step(const VolumeIo& io, detail::IoTraceEvent ev, int path, uint16_t status) {
+    const uint64_t now = monotonic_ns();
+    History& h = live_[&io];
+    if (ev == detail::IoTraceEvent::launch) {
+      h.start_ns = now;
+      h.n = 0;
+      h.op = io.op;
+      h.lba = io.slba;
+      h.epoch = epoch_.load(std::memory_order_relaxed);
+    }
+    if (h.n < kSteps) h.steps[h.n] = Step{now, ev, static_cast<int16_t>(path), status};
+    ++h.n;
+    if (ev != detail::IoTraceEvent::finish || !timed_.load(std::memory_order_relaxed)) return;
+    h.end_ns = now;
+    h.status = status;
+    const uint32_t e = epoch_.load(std::memory_order_relaxed);
+    const bool inside = (h.epoch & 1u) != 0 || e != h.epoch;
+    if (status != 0) {
+      std::lock_guard lock(mu_);
+      if (failed_.size() < kKeep) failed_.push_back(h);
+    }
+    if (inside || h.latency() <= threshold_ns_ || (h.op != IoOp::read && h.op != IoOp::write)) return;
+    std::lock_guard lock(mu_);
+    auto& keep = h.op == IoOp::read ? slow_reads_ : slow_writes_;
+    ++(h.op == IoOp::read ? n_slow_reads_ : n_slow_writes_);
+    if (h.op == IoOp::read) {
+      bool w = false, o = false, r = false, hd = false;
+      for (uint32_t i = 0; i < h.n && i < kSteps; ++i) {
+        w |= h.steps[i].ev == detail::IoTraceEvent::waiting;
+        o |= h.steps[i].ev == detail::IoTraceEvent::orphaned;
+        r |= h.steps[i].ev == detail::IoTraceEvent::complete && h.steps[i].status != 0;
+        hd |= h.steps[i].ev == detail::IoTraceEvent::hedge;
+      }
+      KindCount& k = kinds_[w ? waited : o ? orphaned : r ? retried : hd ? hedged : one_attempt];
+      ++k.n;
+      k.max_ns = std::max(k.max_ns, h.latency());
+    }
+    if (keep.size() < kKeep) {
+      keep.push_back(h);
+      return;
+    }
+    auto least = std::min_element(keep.begin(), keep.end(),
+                                  [](const History& a, const History& b) { return a.latency() < b.latency(); });
+    if (least->latency() < h.latency()) *least = h;
+  }
+
+  uint64_t threshold_ns_ = 50'000'000;
+  std::unordered_map<const VolumeIo*, History> live_;  // lane thread only
+  std::atomic<uint32_t> epoch_{0};
+  std::atomic<bool> timed_{false};
+  mutable std::mutex mu_;
+  std::vector<History> slow_reads_, slow_writes_, failed_;
+  uint64_t n_slow_reads_ = 0, n_slow_writes_ = 0;
+  std::array<KindCount, kKinds> kinds_{};
+};
+
+// A thread of the soak's that asks to wake every millisecond and notes each wake-up more than
+// 10 ms late: the machine did not run this process's threads then (a loaded box), which
+// stalls the volume's lane as much. Its notes go beside the slow I/Os.
+class LagWatch {
+ public:
+  LagWatch() : notes_(8192) {}
+  void start() {
+    thread_ = std::thread([this] {
+      uint64_t prev = monotonic_ns();
+      while (!stop_.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const uint64_t now = monotonic_ns();
+        const uint64_t late = now - prev > 1'000'000 ? now - prev - 1'000'000 : 0;
+        if (late > 10'000'000) {
+          notes_.add(prev, "the soak's threads did not run for %.1f ms", ms_of(late));
+          ++count_;
+          longest_ = std::max(longest_.load(), late);
+        }
+        prev = now;
+      }
+    });
+  }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  ~LagWatch() { stop(); }
+  const NoteRing& notes() const { return notes_; }
+  uint64_t count() const { return count_.load(); }
+  uint64_t longest_ns() const { return longest_.load(); }
+
+ private:
+  NoteRing notes_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> count_{0}, longest_{0};
+};
+LagWatch g_lag;
+
+const char* to_string(detail::IoTraceEvent e) {
+  switch (e) {
+    case detail::IoTraceEvent::launch: return "launch";
+    case detail::IoTraceEvent::issue: return "issue";
+    case detail::IoTraceEvent::hedge: return "hedge";
+    case detail::IoTraceEvent::complete: return "complete";
+    case detail::IoTraceEvent::waiting: return "waiting";
+    case detail::IoTraceEvent::fenced: return "fenced";
+    case detail::IoTraceEvent::delayed: return "delayed";
+    case detail::IoTraceEvent::orphaned: return "orphaned";
+    case detail::IoTraceEvent::finish: return "finish";
+  }
+  return "?";
+}
+
+// One I/O's history, the faults from a second before it to its end, and the library's lines
+// meanwhile; times in ms from its start.
+void print_history(const IoTracer::History& h, uint64_t origin_ns) {
+  auto rel = [&](uint64_t ns) { return (static_cast<double>(ns) - static_cast<double>(h.start_ns)) / 1e6; };
+  std::printf("  %s LBA %llu, %.1f ms, at %.3f s, status 0x%04x:", h.op == IoOp::read ? "read" : "write",
+              static_cast<unsigned long long>(h.lba), ms_of(h.latency()), static_cast<double>(h.start_ns - origin_ns) / 1e9,
+              h.status);
+  for (uint32_t i = 0; i < h.n && i < IoTracer::kSteps; ++i) {
+    const IoTracer::Step& s = h.steps[i];
+    std::printf(" [%+.1f %s", rel(s.ns), to_string(s.ev));
+    if (s.path >= 0) std::printf(" p%d", s.path);
+    if (s.status) std::printf(" 0x%04x", s.status);
+    std::printf("]");
+  }
+  if (h.n > IoTracer::kSteps) std::printf(" ... %u steps in all", h.n);
+  std::printf("\n");
+  for (const Note& n : g_faults.between(h.start_ns > 1'000'000'000 ? h.start_ns - 1'000'000'000 : 0, h.end_ns))
+    std::printf("      fault %+.1f: %s\n", rel(n.ns), n.text);
+  for (const Note& n : g_library_log.between(h.start_ns > 100'000'000 ? h.start_ns - 100'000'000 : 0, h.end_ns))
+    std::printf("      log   %+.1f: %s\n", rel(n.ns), n.text);
+  for (const Note& n : g_lag.notes().between(h.start_ns > 100'000'000 ? h.start_ns - 100'000'000 : 0, h.end_ns))
+    std::printf("      lag   %+.1f: %s\n", rel(n.ns), n.text);
+}
+
 bool usable(const PathStats& p) {
   return p.state == PathState::live && (p.ana_state == AnaState::optimized || p.ana_state == AnaState::non_optimized);
 }
@@ -98,7 +359,7 @@ bool usable(const PathStats& p) {
 // Picks and undoes the faults. Main thread only (the target's fault calls are thread-safe).
 class ChaosDriver {
  public:
-  ChaosDriver(Target& t, Volume& v, Workload& w, size_t paths, uint64_t seed, int min_ms, int max_ms)
+  ChaosDriver(FaultTarget& t, Volume& v, Workload& w, size_t paths, uint64_t seed, int min_ms, int max_ms)
       : t_(t), v_(v), w_(w), paths_(paths), rng_(seed), min_ms_(min_ms), max_ms_(max_ms), until_(paths, 0) {}
 
   void tick(uint64_t now) {
@@ -118,14 +379,16 @@ class ChaosDriver {
     if (std::uniform_int_distribution<int>(0, 9)(rng_) == 0) {
       for (size_t p = 0; p < paths_; ++p) {
         heal(p);
-        t_.inject(p, FaultKind::partition);
+        deliver(t_.inject(p, FaultKind::partition));
       }
       const uint64_t back = now + ms(200, 1500);
+      g_faults.add(now, "all paths partitioned for %.0f ms", ms_of(back - now));
       std::fill(until_.begin(), until_.end(), back);
       all_down_ = true;
       window_open_ = true;
       window_start_ns_ = now;
       w_.set_window(true);
+      IoTracer::instance().set_window(true);
       ++counts_[static_cast<size_t>(Chaos::all_down)];
       next_ = std::max(next_, back + ms(min_ms_, std::max(min_ms_, max_ms_ / 2)));
       return;
@@ -138,21 +401,26 @@ class ChaosDriver {
     const size_t p = healthy[std::uniform_int_distribution<size_t>(0, healthy.size() - 1)(rng_)];
     const auto kind = static_cast<Chaos>(std::uniform_int_distribution<int>(0, 5)(rng_));
     ++counts_[static_cast<size_t>(kind)];
+    uint32_t slow_us = 0;
+    if (kind == Chaos::slow) slow_us = static_cast<uint32_t>(std::uniform_int_distribution<int>(2000, 30000)(rng_));
+    const uint64_t until = now + ms(min_ms_, max_ms_);
+    g_faults.add(now, "p%zu %s%s", p, kChaosNames[static_cast<size_t>(kind)],
+                 kind == Chaos::reset ? "" : (" for " + std::to_string((until - now) / 1'000'000) + " ms" +
+                                              (slow_us ? ", " + std::to_string(slow_us) + " us" : std::string()))
+                                                 .c_str());
     switch (kind) {
       case Chaos::reset:
-        t_.inject(p, FaultKind::reset);  // acts once; the path counts as faulted until it is back
+        deliver(t_.inject(p, FaultKind::reset));  // acts once; the path counts as faulted until it is back
         until_[p] = now + 1;
         return;
-      case Chaos::partition: t_.inject(p, FaultKind::partition); break;
-      case Chaos::ana_inaccessible: t_.set_ana_state(p, AnaState::inaccessible); break;
-      case Chaos::ana_change: t_.set_ana_state(p, AnaState::change); break;
-      case Chaos::slow:
-        t_.set_latency(p, std::chrono::microseconds(std::uniform_int_distribution<int>(2000, 30000)(rng_)));
-        break;
-      case Chaos::fail_status: t_.fail_commands(p, status::kInternalError); break;
+      case Chaos::partition: deliver(t_.inject(p, FaultKind::partition)); break;
+      case Chaos::ana_inaccessible: deliver(t_.set_ana_state(p, AnaState::inaccessible)); break;
+      case Chaos::ana_change: deliver(t_.set_ana_state(p, AnaState::change)); break;
+      case Chaos::slow: deliver(t_.set_latency(p, std::chrono::microseconds(slow_us))); break;
+      case Chaos::fail_status: deliver(t_.fail_commands(p, status::kInternalError)); break;
       case Chaos::all_down: break;
     }
-    until_[p] = now + ms(min_ms_, max_ms_);
+    until_[p] = until;
   }
 
   void heal_all(uint64_t now) {
@@ -166,22 +434,33 @@ class ChaosDriver {
   }
   const std::array<uint64_t, kChaosKinds>& counts() const { return counts_; }
   uint64_t windows() const { return windows_; }
+  bool window_open() const { return window_open_; }
   uint64_t window_total_ns() const { return window_total_ns_; }
   uint64_t window_longest_ns() const { return window_longest_ns_; }
   uint64_t recovery_longest_ns() const { return recovery_longest_ns_; }
+  uint64_t undelivered() const { return undelivered_; }
 
  private:
   uint64_t ms(int lo, int hi) {
     return static_cast<uint64_t>(std::uniform_int_distribution<int>(lo, hi)(rng_)) * 1'000'000ull;
   }
   void heal(size_t p) {
-    t_.clear_faults(p);
-    t_.set_ana_state(p, AnaState::optimized);
+    if (until_[p]) g_faults.add(monotonic_ns(), "p%zu healed", p);
+    deliver(t_.clear_faults(p));
+    deliver(t_.set_ana_state(p, AnaState::optimized));
     until_[p] = 0;
+  }
+  // A fault the target's control socket did not take (the external target): counted, the first
+  // few said.
+  void deliver(bool ok) {
+    if (ok) return;
+    if (++undelivered_ <= 5) std::fprintf(stderr, "nvmeof-soak: a fault was not delivered: %s\n", t_.error().c_str());
   }
   void close_window(uint64_t now) {
     window_open_ = false;
     w_.set_window(false);
+    IoTracer::instance().set_window(false);
+    g_faults.add(now, "window closed: a path is usable");
     ++windows_;
     const uint64_t len = now - window_start_ns_;
     window_total_ns_ += len;
@@ -190,7 +469,7 @@ class ChaosDriver {
     healed_ns_ = 0;
   }
 
-  Target& t_;
+  FaultTarget& t_;
   Volume& v_;
   Workload& w_;
   size_t paths_;
@@ -203,7 +482,116 @@ class ChaosDriver {
   uint64_t window_start_ns_ = 0, healed_ns_ = 0;
   uint64_t windows_ = 0, window_total_ns_ = 0, window_longest_ns_ = 0, recovery_longest_ns_ = 0;
   std::array<uint64_t, kChaosKinds> counts_{};
+  uint64_t undelivered_ = 0;
 };
+
+// nvmeof-target in a process of its own (--target-process): the soak's RSS and descriptors are
+// then the host library's alone. Its faults go through its control socket.
+class ExternalTarget {
+ public:
+  ~ExternalTarget() { stop(); }
+  /// Starts `binary` with `ports` ports on 127.0.0.1 and a control socket in a fresh directory,
+  /// and reads the bound ports from its --json line. False with a message on stderr otherwise.
+  bool start(const std::string& binary, unsigned ports, uint64_t size_mib, const char* nqn) {
+    char dir[] = "/tmp/nvmeof-soak-XXXXXX";
+    if (!::mkdtemp(dir)) {
+      std::perror("nvmeof-soak: mkdtemp");
+      return false;
+    }
+    dir_ = dir;
+    control_ = dir_ + "/control.sock";
+    std::vector<std::string> args{binary, "--json", "--poll", "sleep", "--nqn", nqn, "--size",
+                                  std::to_string(size_mib) + "M", "--control", control_};
+    for (unsigned i = 0; i < ports; ++i) {
+      args.push_back("--listen");
+      args.push_back("127.0.0.1:0");
+    }
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      std::perror("nvmeof-soak: pipe");
+      return false;
+    }
+    std::vector<char*> argv;  // made before fork: the child only calls async-signal-safe functions
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      std::perror("nvmeof-soak: fork");
+      return false;
+    }
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::execv(argv[0], argv.data());
+      static constexpr char kMsg[] = "nvmeof-soak: cannot run the target (--target-binary)\n";
+      (void)!::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // One JSON line, within 30 s (a loaded machine starts slowly).
+    std::string line;
+    const uint64_t give_up = monotonic_ns() + 30'000'000'000ull;
+    while (line.find('\n') == std::string::npos) {
+      const uint64_t now = monotonic_ns();
+      pollfd pfd{out[0], POLLIN, 0};
+      if (now >= give_up || ::poll(&pfd, 1, static_cast<int>((give_up - now) / 1'000'000)) <= 0) break;
+      char buf[4096];
+      const ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out[0]);
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("ports") || !j["ports"].is_array() || j["ports"].size() != ports) {
+      std::fprintf(stderr, "nvmeof-soak: %s did not report its %u ports (it said: %s)\n", binary.c_str(), ports,
+                   line.c_str());
+      return false;
+    }
+    for (const auto& p : j["ports"]) addresses_.push_back(p.value("address", std::string()));
+    return true;
+  }
+  void stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int st = 0;
+      const uint64_t give_up = monotonic_ns() + 10'000'000'000ull;
+      while (::waitpid(pid_, &st, WNOHANG) == 0) {
+        if (monotonic_ns() > give_up) {
+          std::fprintf(stderr, "nvmeof-soak: the target did not end on SIGTERM; killing it\n");
+          ::kill(pid_, SIGKILL);
+          ::waitpid(pid_, &st, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      pid_ = -1;
+    }
+    if (!dir_.empty()) {
+      ::unlink(control_.c_str());
+      ::rmdir(dir_.c_str());
+      dir_.clear();
+    }
+  }
+  const std::string& control() const { return control_; }
+  const std::string& address(size_t i) const { return addresses_[i]; }
+  uint64_t rss_kib() const { return pid_ > 0 ? ::rss_kib("/proc/" + std::to_string(pid_) + "/status") : 0; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_, control_;
+  std::vector<std::string> addresses_;
+};
+
+// nvmeof-target beside this binary's build directory: build/bench/nvmeof-soak ->
+// build/tools/nvmeof-target.
+std::string default_target_binary(const char* argv0) {
+  std::string self = argv0;
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) self.assign(buf, static_cast<size_t>(n));
+  const size_t slash = self.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : self.substr(0, slash);
+  return dir + "/../tools/nvmeof-target";
+}
 
 void print_in_flight(const Workload& work, const Volume& v) {
   std::vector<InFlight> f = work.in_flight();
@@ -264,6 +652,8 @@ int main(int argc, char** argv) {
   int fault_min_ms = 200, fault_max_ms = 2000;
   unsigned stall_ms = 50;
   std::string malloc_info_path;
+  bool target_process = false;
+  std::string target_binary = default_target_binary(argv[0]);
   app.add_option("--minutes", minutes, "how long the faults run")->check(CLI::Range(0.05, 1440.0));
   app.add_option("--paths", paths, "ports of the embedded target")->check(CLI::Range(2u, 8u));
   app.add_option("--iodepth", iodepth, "I/Os in flight")->check(CLI::Range(1u, 1024u));
@@ -280,6 +670,12 @@ int main(int argc, char** argv) {
   app.add_option("--malloc-info", malloc_info_path,
                  "write glibc's malloc_info (every arena's sizes and free chunks) after the warm-up and at the end "
                  "to PATH.warm and PATH.end");
+  app.add_flag("--target-process", target_process,
+               "run the target as a separate nvmeof-target process (faults through its control socket), so that "
+               "the RSS and descriptors measured are the host library's alone; default: the embedded target in "
+               "this process");
+  app.add_option("--target-binary", target_binary, "the nvmeof-target that --target-process runs")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (bs % 4096 != 0) {
     std::fprintf(stderr, "nvmeof-soak: --bs must be a multiple of 4096\n");
@@ -291,17 +687,37 @@ int main(int argc, char** argv) {
   }
 
   const Sample at_launch = sample(0);
-  TargetOptions to;
-  to.ports.assign(paths, TargetPort{"127.0.0.1", "0", AnaState::optimized});
-  to.subsystems[0].nqn = kNqn;
-  to.subsystems[0].namespaces[0].size_bytes = size_mib << 20;
-  auto target = Target::start(to);
-  if (!target) {
-    std::fprintf(stderr, "nvmeof-soak: cannot start the embedded target: %s\n", target.error().message().c_str());
-    return 1;
+  detail::set_log_sink(&library_log_sink, nullptr);
+  IoTracer::instance().start(uint64_t{stall_ms} * 1'000'000ull);
+  std::unique_ptr<Target> embedded;
+  ExternalTarget external;
+  std::unique_ptr<FaultTarget> faults;
+  std::vector<std::string> addresses;
+  if (target_process) {
+    if (!external.start(target_binary, paths, size_mib, kNqn)) return 1;
+    std::string err;
+    faults = remote_fault_target(external.control(), paths - 1, err);
+    if (!faults) {
+      std::fprintf(stderr, "nvmeof-soak: %s\n", err.c_str());
+      return 1;
+    }
+    for (size_t i = 0; i < paths; ++i) addresses.push_back(external.address(i));
+  } else {
+    TargetOptions to;
+    to.ports.assign(paths, TargetPort{"127.0.0.1", "0", AnaState::optimized});
+    to.subsystems[0].nqn = kNqn;
+    to.subsystems[0].namespaces[0].size_bytes = size_mib << 20;
+    auto target = Target::start(to);
+    if (!target) {
+      std::fprintf(stderr, "nvmeof-soak: cannot start the embedded target: %s\n", target.error().message().c_str());
+      return 1;
+    }
+    embedded = std::move(*target);
+    faults = local_fault_target(*embedded);
+    for (size_t i = 0; i < paths; ++i) addresses.push_back(embedded->port_address(i));
   }
   VolumeOptions vo;
-  for (size_t i = 0; i < paths; ++i) vo.paths.push_back(*TransportAddress::parse((*target)->port_address(i)));
+  for (size_t i = 0; i < paths; ++i) vo.paths.push_back(*TransportAddress::parse(addresses[i]));
   vo.connect.subnqn = kNqn;
   vo.connect.kato_ms = kKatoShortest;
   auto vol = Volume::open(vo);
@@ -322,6 +738,7 @@ int main(int argc, char** argv) {
   cfg.seed = seed;
   cfg.run_id = mix64(monotonic_ns() ^ seed);
   bool drained = true;
+  uint64_t target_rss_start = 0;
   PhaseTotals prefill, timed, final_check;
   std::vector<Sample> samples;
   Sample trimmed;  // the end, after malloc_trim()
@@ -334,7 +751,7 @@ int main(int argc, char** argv) {
   {
     Workload& work = *work_owner;
     work.set_stall_threshold(uint64_t{stall_ms} * 1'000'000ull);
-    ChaosDriver chaos(**target, v, work, paths, seed, fault_min_ms, fault_max_ms);
+    ChaosDriver chaos(*faults, v, work, paths, seed, fault_min_ms, fault_max_ms);
     auto service = [&work] { work.service(); };
     auto idle = [&work] { return work.active() == 0; };
     std::fprintf(stderr, "nvmeof-soak: prefilling %llu MiB\n", static_cast<unsigned long long>(size_mib));
@@ -351,18 +768,38 @@ int main(int argc, char** argv) {
     const uint64_t t0 = monotonic_ns();
     const uint64_t end = t0 + static_cast<uint64_t>(minutes * 60e9);
     samples.push_back(sample(0));
+    target_rss_start = external.rss_kib();
     std::fprintf(stderr,
                  "nvmeof-soak: %.1f min of randrw (%u%% reads, %u B, QD %u) under faults every %d-%d ms on %u paths\n",
                  minutes, rwmixread, bs, iodepth, fault_min_ms, fault_max_ms, paths);
     if (drained) {
       work.set_stall_bins(t0, kSampleNs, static_cast<size_t>((end - t0) / kSampleNs) + 2);
       work.start(Phase::timed);
+      IoTracer::instance().set_timed(true);
+      g_lag.start();
       work.mark_fault(t0);  // the longest completion gap over the whole run
       uint64_t next_sample = t0 + kSampleNs;
       bool warm_dumped = false;
+      // A read outside the windows in flight for over a second: what the volume and the paths
+      // looked like then (its history only tells what happened to the I/O). The first three.
+      unsigned stall_dumps = 0;
+      uint64_t next_stall_check = t0, stall_quiet_until = 0;
       for (uint64_t now = t0; now < end; now = monotonic_ns()) {
         chaos.tick(now);
         work.service();
+        if (stall_dumps < 3 && now >= next_stall_check && now >= stall_quiet_until && !chaos.window_open()) {
+          next_stall_check = now + 100'000'000ull;
+          uint64_t oldest = 0;
+          for (const InFlight& f : work.in_flight())
+            if (f.op == IoOp::read) oldest = std::max(oldest, f.age_ns);
+          if (oldest > 1'000'000'000ull) {
+            ++stall_dumps;
+            stall_quiet_until = now + 10'000'000'000ull;
+            std::fprintf(stderr, "nvmeof-soak: %.3f s: a read outside the windows has been in flight for %.0f ms\n",
+                         static_cast<double>(now - t0) / 1e9, ms_of(oldest));
+            print_in_flight(work, v);
+          }
+        }
         if (now >= next_sample) {
           samples.push_back(sample(static_cast<double>(now - t0) / 1e9));
           const Sample& s = samples.back();
@@ -379,6 +816,8 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       chaos.heal_all(monotonic_ns());
+      IoTracer::instance().set_timed(false);
+      g_lag.stop();
       work.request_stop();
       std::fprintf(stderr, "nvmeof-soak: faults healed; draining the timed phase\n");
       drained = wait_for("the timed phase's I/O to finish after the faults were healed", std::chrono::seconds(60),
@@ -424,7 +863,10 @@ int main(int argc, char** argv) {
   const uint64_t close_ns = monotonic_ns() - close_t0;
   work_owner.reset();
   const bool close_ok = close_ns < 2'000'000'000ull && outstanding == 0;
-  (*target)->stop();
+  IoTracer::instance().stop();
+  const uint64_t target_rss_end = external.rss_kib();
+  if (embedded) embedded->stop();
+  external.stop();
 
   const uint64_t errors = prefill.errors + timed.errors + final_check.errors;
   const uint64_t mismatches = prefill.mismatches + timed.mismatches + final_check.mismatches;
@@ -473,6 +915,42 @@ int main(int argc, char** argv) {
                 ms_of(s.latency_ns), static_cast<double>(s.at_ns - timed.start_ns) / 1e9);
   }
   std::printf("\n");
+  // The histories: what each of the slowest I/Os went through, beside the faults and the log.
+  {
+    const IoTracer& tr = IoTracer::instance();
+    const uint64_t origin = timed.start_ns;
+    const auto failed_ios = tr.failed();
+    if (!failed_ios.empty()) std::printf("failed I/Os (the first %zu):\n", failed_ios.size());
+    for (size_t i = 0; i < failed_ios.size() && i < 4; ++i) print_history(failed_ios[i], origin);
+    const auto reads = tr.slowest(IoOp::read);
+    std::printf("slowest reads outside the windows (%llu over %u ms; the slowest of up to 8 episodes):\n",
+                static_cast<unsigned long long>(tr.slow_outside(IoOp::read)), stall_ms);
+    const auto kinds = tr.kinds();
+    for (size_t k = 0; k < IoTracer::kKinds; ++k)
+      if (kinds[k].n)
+        std::printf("  %s: %llu, longest %.1f ms\n", IoTracer::kKindNames[k], static_cast<unsigned long long>(kinds[k].n),
+                    ms_of(kinds[k].max_ns));
+    std::printf("  the soak's threads were not run for over 10 ms %llu times, longest %.1f ms (the machine's load)\n",
+                static_cast<unsigned long long>(g_lag.count()), ms_of(g_lag.longest_ns()));
+    // One history per episode: I/Os that started within 5 ms of one already shown went through the same.
+    auto print_distinct = [&](const std::vector<IoTracer::History>& v, size_t max) {
+      std::vector<uint64_t> shown;
+      for (const auto& h : v) {
+        if (shown.size() >= max) break;
+        if (std::any_of(shown.begin(), shown.end(), [&](uint64_t t) {
+              return (h.start_ns > t ? h.start_ns - t : t - h.start_ns) < 5'000'000;
+            }))
+          continue;
+        shown.push_back(h.start_ns);
+        print_history(h, origin);
+      }
+    };
+    print_distinct(reads, 8);
+    const auto writes = tr.slowest(IoOp::write);
+    std::printf("slowest writes outside the windows (%llu over %u ms; the slowest of up to 3 episodes):\n",
+                static_cast<unsigned long long>(tr.slow_outside(IoOp::write)), stall_ms);
+    print_distinct(writes, 3);
+  }
 
   // RSS trend: after a warm-up (a quarter of the run, at most 5 min) against the end.
   uint64_t rss_min = ~0ull, rss_max = 0;
@@ -512,6 +990,13 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(trimmed.rss_kib),
               static_cast<long long>(trimmed.rss_kib) - static_cast<long long>(samples.front().rss_kib),
               static_cast<unsigned long long>(trimmed.arena_kib), static_cast<unsigned long long>(trimmed.heap_kib));
+  if (target_process)
+    std::printf("the target runs in a process of its own (--target-process): the figures above are the host's; "
+                "the target's RSS %llu KiB at the start, %llu at the end\n",
+                static_cast<unsigned long long>(target_rss_start), static_cast<unsigned long long>(target_rss_end));
+  else
+    std::printf("the embedded target runs in this process: the figures above include it (--target-process "
+                "measures the host alone)\n");
   std::printf("descriptors: launch %u, start %u, after warm-up %u, end %u (min %u, max %u)\n", at_launch.fds,
               samples.front().fds, warm->fds, last.fds, fd_min, fd_max);
   // Once a minute: what the machine's load and the process looked like, and the stalls then.

@@ -13,7 +13,7 @@ build=${2:-build}
 shift $(( $# > 2 ? 2 : $# ))
 here=$(dirname "$(readlink -f "$0")")
 cd "$here/.."
-ninja -C "$build" bench/nvmeof-soak >/dev/null
+ninja -C "$build" bench/nvmeof-soak tools/nvmeof-target >/dev/null  # --target-process runs the latter
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # The library logs one line per failover and reconnect; they are counted, not shown. The soak's

@@ -39,6 +39,9 @@ constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
 // long (the failover budget), so a path answering within 40 ms is never failed for being slow.
 // With an explicit io_deadline: twice that deadline.
 constexpr uint64_t kDeadSilenceNs = 50'000'000;
+// How often an I/O that only refusing paths could take tries them again while it waits for a
+// path to come back (handle_completion).
+constexpr uint64_t kRefusedRetryNs = 10'000'000;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -49,6 +52,11 @@ bool mutates(IoOp op) noexcept {
 // kernel completes the commands it cancels so; Linux uses both).
 bool outcome_unknown(NvmeStatus st) noexcept {
   return st.sct() == Sct::path && (st.sc() == 0x70 || st.sc() == 0x71);
+}
+
+void trace(const VolumeIo& io, IoTraceEvent e, int path = -1, uint16_t status = 0) noexcept {
+  if (g_io_trace_for_test) [[unlikely]]
+    g_io_trace_for_test(io, e, path, status);
 }
 
 }  // namespace
@@ -284,6 +292,7 @@ void Lane::launch(VolumeIo& io) noexcept {
   const uint32_t pieces = pieces_of(io);
   io_state(io).start_ns = Reactor::clock_ns();
   io_state(io).first_error = {};
+  trace(io, IoTraceEvent::launch);
   io_state(io).parts_left = static_cast<uint16_t>(pieces);
   inflight_total_.fetch_add(pieces, std::memory_order_relaxed);
   const uint32_t per = pieces == 1 ? io.nlb : blocks_per_piece(io);
@@ -377,6 +386,7 @@ void Lane::issue(Attempt& a) noexcept {
                               vol_.opts_.round_robin_ios, a.bytes, a.exclude);
     if (p < 0) {
       a.release_ns = io_state(*a.io).start_ns + vol_.no_path_timeout_ns();
+      trace(*a.io, IoTraceEvent::waiting);
       waiting_.push_back(&a);
       return;
     }
@@ -390,11 +400,13 @@ void Lane::issue(Attempt& a) noexcept {
       lp.inflight.push_back(&a);
       lp.outstanding_bytes += a.bytes;
       ++a.attempts;
+      trace(*a.io, IoTraceEvent::issue, p);
       if (a.event >= 0 && a.exclude >= 0) stamp_event(a.exclude, a.event, false, a.io->op);
       return;
     }
     if (rc == -EAGAIN) {  // the pair is full: try again next turn
       a.release_ns = now;
+      trace(*a.io, IoTraceEvent::delayed, p);
       delayed_.push_back(&a);
       return;
     }
@@ -417,6 +429,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   if (counted) lp.outstanding_bytes -= a.bytes;
   const NvmeStatus st = cqe.status();
   const uint64_t now = Reactor::clock_ns();
+  if (!a.abandoned) trace(*a.io, IoTraceEvent::complete, a.path, st.raw);
   if (current) lp.error_streak = st.is_success() ? 0 : lp.error_streak + 1;
   if (st.is_success()) {
     if (current) {
@@ -458,9 +471,31 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   }
   refresh_views();
   OtherPath other = OtherPath::none;
-  for (size_t p = 0; p < views_.size(); ++p)
-    if (static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0)
-      other = OtherPath::usable;
+  bool clean = false;      // a usable path whose last completion was not an error
+  bool returning = false;  // a path not usable now, which may come back
+  for (size_t p = 0; p < views_.size(); ++p) {
+    const bool usable = views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0;
+    if (static_cast<int>(p) != a.path && usable) other = OtherPath::usable;
+    clean |= usable && paths_[p]->error_streak == 0;
+    returning |= !usable;
+  }
+  // Found by the soak run: while every usable path refuses I/O with a retryable status and the
+  // others are down (a healthy path failed by a keep-alive timeout, reconnecting), the retries
+  // went round the refusing paths in microseconds and an I/O used up max_attempts before the
+  // healthy path was back, so the application saw the refusal. Then the I/O is no better off
+  // than one with no usable path: it waits (retrying the refusing paths now and then, in case
+  // they heal) for a path that comes back, bounded by no_path_timeout like path trouble is, and
+  // the refusals made meanwhile are not the controllers' verdict on it.
+  const bool refused = st.sct() != Sct::path && !st.dnr();
+  if (refused && !clean && returning && !stop_.load(std::memory_order_relaxed) &&
+      now - io_state(*a.io).start_ns <= vol_.no_path_timeout_ns()) {
+    lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    a.release_ns = now + kRefusedRetryNs;
+    a.exclude = -1;
+    trace(*a.io, IoTraceEvent::delayed, a.path, st.raw);
+    delayed_.push_back(&a);
+    return;
+  }
   // Only the controller's own refusals count towards max_attempts: an I/O that has been moved
   // by failovers (path errors, ANA) still gets its retries when it meets a retryable error.
   if (st.sct() != Sct::path) ++a.status_failures;
@@ -484,6 +519,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
       const uint16_t crdt = d.crd ? sp.crdt_100ms[d.crd - 1] : 0;
       a.release_ns = now + crdt * 100'000'000ull;
       a.exclude = -1;
+      trace(*a.io, IoTraceEvent::delayed, a.path);
       delayed_.push_back(&a);
       return;
     }
@@ -502,6 +538,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   if (outcome_unknown(st) && mutates(a.io->op)) {
     a.release_ns = current && lp.peer_closed_ns ? lp.peer_closed_ns + sp.quiesce_ns.load(std::memory_order_relaxed)
                                                 : UINT64_MAX;
+    trace(*a.io, IoTraceEvent::fenced, a.path);
     fenced_.push_back(&a);
     return;
   }
@@ -515,6 +552,7 @@ void Lane::finish_piece(Attempt& a, NvmeStatus st) noexcept {
   inflight_total_.fetch_sub(1, std::memory_order_relaxed);
   if (--io_state(io).parts_left != 0) return;
   const NvmeStatus final_status = io_state(io).first_error;
+  trace(io, IoTraceEvent::finish, -1, final_status.raw);
   (final_status.is_success() ? vol_.completed_ : vol_.failed_).fetch_add(1, std::memory_order_relaxed);
   io.done(io, final_status);
 }
@@ -623,6 +661,7 @@ bool Lane::hedge(Attempt& a) noexcept {
   lp.inflight.push_back(h);
   lp.outstanding_bytes += h->bytes;
   inflight_total_.fetch_add(1, std::memory_order_relaxed);
+  trace(*a.io, IoTraceEvent::hedge, p);
   a.role = Attempt::Role::primary;
   a.twin = h;
   h->twin = &a;
@@ -708,7 +747,10 @@ uint64_t Lane::deadline_ns(const LanePath& lp) const noexcept {
 }
 
 void Lane::orphan_inflight(LanePath& lp) noexcept {
-  while (Attempt* a = lp.inflight.pop_front()) orphans_.push_back(a);
+  while (Attempt* a = lp.inflight.pop_front()) {
+    if (!a->abandoned) trace(*a->io, IoTraceEvent::orphaned, a->path);
+    orphans_.push_back(a);
+  }
   lp.outstanding_bytes = 0;
 }
 

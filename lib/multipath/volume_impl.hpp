@@ -23,6 +23,7 @@
 #include "control/endpoint.hpp"
 #include "core/node_memory.hpp"
 #include "multipath/failover_machine.hpp"
+#include "multipath/io_trace.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"

@@ -529,6 +529,60 @@ TEST_CASE("a failover does not use up the retries an I/O has for controller erro
   CHECK(block_matches(r.data(), 77, 5));
 }
 
+// Found by the soak run (110 I/Os failed with Internal Error in 30 minutes): a healthy path was
+// failed by a keep-alive timeout on the loaded machine while the only other usable one refused
+// every command with a retryable Internal Error; the retries went to the refusing path in
+// microseconds, the I/O used up max_attempts, and the application saw the refusal although the
+// healthy path came back moments later. Here path 1 is down (its reconnects refused) and path 0
+// refuses: the read keeps waiting through more refusals than max_attempts allows, and completes
+// with its data once path 1 is back.
+TEST_CASE("an I/O that only refusing paths could take waits for a path to come back", "[multipath][fault]") {
+  Rig rig(2, SelectorKind::service_time, 10, {}, 1s);
+  std::vector<uint8_t> w(kBlock), r(kBlock, 0);
+  fill_block(w.data(), 9, 3);
+  REQUIRE(run_io(*rig.vol, IoOp::write, w.data(), 9, 1).is_success());
+  rig.target->inject(1, FaultKind::refuse);
+  rig.target->inject(1, FaultKind::reset);
+  auto until = [&](const std::function<bool()>& pred) {
+    for (int i = 0; i < 20000; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
+  REQUIRE(until([&] { return rig.vol->stats().paths[1].state != PathState::live; }));
+  rig.target->fail_commands(0, status::kInternalError);
+  const uint64_t errors_before = rig.vol->stats().paths[0].errors;
+  std::atomic<bool> fin{false};
+  std::atomic<uint16_t> raw{0};
+  struct Ctx {
+    std::atomic<bool>* fin;
+    std::atomic<uint16_t>* raw;
+  } ctx{&fin, &raw};
+  VolumeIo io;
+  io.op = IoOp::read;
+  io.slba = 9;
+  io.nlb = 1;
+  io.buf = r.data();
+  io.user = &ctx;
+  io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+    auto* c = static_cast<Ctx*>(i.user);
+    c->raw->store(s.raw);
+    c->fin->store(true);
+  };
+  REQUIRE(rig.vol->submit(io) == 0);
+  // More refusals than max_attempts (16) lets an I/O have: without the wait it failed by now.
+  until([&] { return fin.load() || rig.vol->stats().paths[0].errors >= errors_before + 24; });
+  INFO(to_text(rig.vol->stats()));
+  CHECK_FALSE(fin.load());
+  rig.target->clear_faults(1);
+  REQUIRE(until([&] { return fin.load(); }));
+  CHECK(NvmeStatus{raw.load()}.is_success());
+  CHECK(block_matches(r.data(), 9, 3));
+  CHECK(rig.vol->stats().failed == 0);
+  rig.target->fail_commands(0, std::nullopt);
+}
+
 // The failover timeline is bounded (a flapping path must not grow it for the life of the
 // process): it keeps the newest timeline_max events, counts the others, and the events it keeps
 // are still the ones the volume stamps (their number is not their position any more).

@@ -1,0 +1,28 @@
+// Diagnostics of single I/Os: a hook the lanes call at every step of an I/O, for tools that
+// want the history of their slowest or failed I/Os (the soak). Not part of the public API.
+#pragma once
+
+#include <cstdint>
+
+#include "nvmeof/volume.hpp"
+
+namespace nvmeof::detail {
+
+/// Diagnostics only (the soak's history of its slowest I/Os): what happened to one VolumeIo.
+enum class IoTraceEvent : uint8_t {
+  launch,     ///< accepted by the lane (path -1)
+  issue,      ///< submitted on `path`
+  hedge,      ///< a hedge of it submitted on `path`
+  complete,   ///< an attempt on `path` completed with `status`
+  waiting,    ///< no usable path: queued until one is (or no_path_timeout)
+  fenced,     ///< a write waiting for its old controller's fence (`path`)
+  delayed,    ///< retried on the same path after CRD, or its queue pair was full
+  orphaned,   ///< in flight on `path` when its queue pair failed
+  finish,     ///< handed back to the application with `status`
+};
+/// When set, called on the lane's thread for every step of every I/O (VolumeIo by address; an
+/// abandoned hedge's steps are not reported, its I/O may be gone). Set before Volume::open,
+/// cleared after it closes; one null test per step when unset.
+inline void (*g_io_trace_for_test)(const VolumeIo& io, IoTraceEvent ev, int path, uint16_t status) = nullptr;
+
+}  // namespace nvmeof::detail
