@@ -545,7 +545,12 @@ int main(int argc, char** argv) {
   // process over the same time (the control plane, the idle target connections).
   double idle_reactor_ms_per_s = -1, idle_process_ms_per_s = -1;
   if (idle_seconds > 0) {
-    if (auto v = open_volume(nvmeof::PollMode::adaptive, 0)) {
+    // Against an adaptive target when there is one (a busy target's connection threads spin
+    // whatever the volume does).
+    size_t idle_target = 0;
+    for (size_t t = 0; t < target_polls.size(); ++t)
+      if (target_polls[t] == "adaptive") idle_target = t;
+    if (auto v = open_volume(nvmeof::PollMode::adaptive, idle_target)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       const uint64_t r0 = reactor_cpu(*v), p0 = process_cpu_ns(), t0 = now_ns();
       std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(idle_seconds * 1e9)));
