@@ -6,8 +6,9 @@
 // one where both sleep in io_uring_wait_cqe. `--mechanics` adds busy ping-pongs with other
 // io_uring set-ups. Every row alternates in rounds so drift of a shared machine hits all alike;
 // the report gives each, the initiator side's CPU per I/O, the target side's (the rest of the
-// process) and the ratio to the busy floor. Then IOPS of 4 KiB random reads at QD 32 on one
-// reactor in each mode. `--target-poll` runs the rows against one embedded target per target
+// process) and the ratio (p50, mean, p99) to the busy floor that spins on non-blocking
+// recv/send system calls (the lowest here). Then IOPS of 4 KiB random reads at QD 32 on one
+// reactor in each mode, and the CPU an idle adaptive volume uses (`--idle-seconds`). `--target-poll` runs the rows against one embedded target per target
 // poll mode (TargetOptions::poll), so a target's own cost is compared in the same run.
 #include <arpa/inet.h>
 #include <liburing.h>
@@ -166,6 +167,14 @@ void pin_self(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+void unpin_self() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const unsigned n = std::thread::hardware_concurrency();
+  for (unsigned c = 0; c < n && c < CPU_SETSIZE; ++c) CPU_SET(c, &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
@@ -407,6 +416,10 @@ int main(int argc, char** argv) {
                  "alternate between them")
       ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
       ->delimiter(',');
+  double idle_seconds = 2.0;
+  app.add_option("--idle-seconds", idle_seconds,
+                 "how long an idle adaptive volume is watched for its CPU use (0: not measured)")
+      ->check(CLI::Range(0.0, 600.0));
   app.add_flag("--json", json_out, "print JSON");
   try {
     app.parse(argc, argv);
@@ -450,7 +463,12 @@ int main(int argc, char** argv) {
     vopts.poll = mode;
     if (client_cpu >= 0) vopts.cpus = {client_cpu};
     else vopts.placement = nvmeof::PlacementMode::unpinned;
+    // The volume's control thread (keep-alive every KATO / 4) inherits the opener's affinity:
+    // opened from the pinned client thread it would share the reactor's CPU, and a busy
+    // reactor there would hold its keep-alives past the 100 ms KATO on a loaded machine.
+    unpin_self();
     auto v = nvmeof::Volume::open(vopts);
+    pin_self(client_cpu);
     if (!v) {
       std::fprintf(stderr, "latency_bench: volume: %s\n", v.error().message().c_str());
       return nullptr;
@@ -522,7 +540,30 @@ int main(int argc, char** argv) {
   }
   if (rc != 0) std::fprintf(stderr, "latency_bench: a measurement failed\n");
 
-  const Row& floor = floors[0].row;
+  // What an idle adaptive volume costs: connected, nothing submitted, for `idle_seconds`
+  // (after the connect's own work has settled). The reactor's thread CPU, and the rest of the
+  // process over the same time (the control plane, the idle target connections).
+  double idle_reactor_ms_per_s = -1, idle_process_ms_per_s = -1;
+  if (idle_seconds > 0) {
+    // Against an adaptive target when there is one (a busy target's connection threads spin
+    // whatever the volume does).
+    size_t idle_target = 0;
+    for (size_t t = 0; t < target_polls.size(); ++t)
+      if (target_polls[t] == "adaptive") idle_target = t;
+    if (auto v = open_volume(nvmeof::PollMode::adaptive, idle_target)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const uint64_t r0 = reactor_cpu(*v), p0 = process_cpu_ns(), t0 = now_ns();
+      std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<int64_t>(idle_seconds * 1e9)));
+      const uint64_t r1 = reactor_cpu(*v), p1 = process_cpu_ns(), t1 = now_ns();
+      const double secs = static_cast<double>(t1 - t0) / 1e9;
+      idle_reactor_ms_per_s = static_cast<double>(r1 - r0) / 1e6 / secs;
+      idle_process_ms_per_s = static_cast<double>(p1 - p0) / 1e6 / secs;
+    }
+  }
+
+  // The ratios are to the lowest of the busy floors on this machine: the ping-pong spinning on
+  // non-blocking recv/send (a polling target's way).
+  const Row& floor = floors[2].row;
   auto ratio = [](double a, double b) { return b > 0 ? std::round(a / b * 100.0) / 100.0 : 0.0; };
   nlohmann::json jq = nlohmann::json::object(), jn = nlohmann::json::object();
   for (const Floor& f : floors) jq[f.row.name] = row_json(f.row, seconds);
@@ -538,23 +579,28 @@ int main(int argc, char** argv) {
                                         {"server_cpu", server_cpu}, {"target_poll", target_polls}}},
                             {"qd1_read_4k", jq},
                             {"randread_4k_qd", {{"iodepth", depth}, {"reactors", 1}, {"modes", jn}}},
+                            {"idle_adaptive_volume",
+                             {{"seconds", idle_seconds},
+                              {"reactor_cpu_ms_per_s", std::round(idle_reactor_ms_per_s * 1000.0) / 1000.0},
+                              {"process_cpu_ms_per_s", std::round(idle_process_ms_per_s * 1000.0) / 1000.0}}},
                             {"ok", rc == 0}};
   if (json_out) {
     std::cout << j.dump(2) << "\n";
     return rc;
   }
   std::printf("QD1 4 KiB read, loopback, initiator CPU %d, target CPU %d\n", client_cpu, server_cpu);
-  std::printf("  %-40s %8s %8s %8s %8s %10s %10s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
-              "tgtCPU/IO", "p50/fl", "mean/fl");
+  std::printf("  %-40s %8s %8s %8s %8s %10s %10s %8s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
+              "tgtCPU/IO", "p50/fl", "mean/fl", "p99/fl");
   auto print_row = [&](const Row& r) {
     const auto n = static_cast<double>(r.h.count());
-    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
+    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f %7.2fx %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
                 static_cast<double>(r.h.percentile(50)) / 1e3, static_cast<double>(r.h.percentile(99)) / 1e3,
                 static_cast<double>(r.h.percentile(99.9)) / 1e3, r.h.mean() / 1e3,
                 n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
                 n > 0 ? static_cast<double>(r.peer_cpu_ns) / 1e3 / n : 0.0,
                 ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50))),
                 ratio(r.h.mean(), floor.h.mean()),
+                ratio(static_cast<double>(r.h.percentile(99)), static_cast<double>(floor.h.percentile(99))),
                 static_cast<unsigned long long>(r.h.count()));
   };
   for (const Floor& f : floors) print_row(f.row);
@@ -568,5 +614,8 @@ int main(int argc, char** argv) {
                 static_cast<double>(r.h.percentile(99)) / 1e3, n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
                 n > 0 ? static_cast<double>(r.peer_cpu_ns) / 1e3 / n : 0.0);
   }
+  if (idle_seconds > 0)
+    std::printf("Idle adaptive volume (%.1f s, nothing submitted): reactor %.3f ms CPU per s, whole process %.3f ms per s\n",
+                idle_seconds, idle_reactor_ms_per_s, idle_process_ms_per_s);
   return rc;
 }

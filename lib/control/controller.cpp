@@ -505,6 +505,11 @@ void Controller::Impl::send_keep_alive() {
     if (ec) return;
     auto self = w.lock();
     if (!self || self->failed || !self->ka_outstanding) return;
+    // A control thread held off its CPU past KATO (a loaded host, a spinning data plane on the
+    // same core) runs this timer and the answer's notification in whichever order: reap what
+    // the admin queue has received before calling the controller silent.
+    if (self->cp.polling == 0) self->cp.kick();
+    if (self->failed || !self->ka_outstanding) return;
     nvmeof::detail::log_warning("nvmeof: %s: no keep-alive answer within %u ms\n", self->label.c_str(),
                  self->kato);
     self->fail(make_error_code(Errc::keep_alive_timeout));

@@ -12,6 +12,7 @@
 #include <future>
 #include <string_view>
 
+#include "core/spin_governor.hpp"
 #include "multipath/retry_policy.hpp"
 #include "multipath/volume_impl.hpp"
 #include "multipath/volume_io_state.hpp"
@@ -170,15 +171,22 @@ uint64_t Lane::spin_budget_ns() const noexcept {
 
 void Lane::run_adaptive() {
   uint64_t spin_until = 0;
+  // A spin that lost its CPU stops, and none starts for a while (core/spin_governor.hpp).
+  SpinGovernor governor;
   while (!stop_.load(std::memory_order_acquire)) {
     if (spinning_.load(std::memory_order_relaxed)) {
       const int n = reactor_->poll(std::chrono::microseconds{0});
-      const uint64_t now = reactor_->now_ns();
+      const uint64_t now = reactor_->now_ns();  // when the turn started
+      governor.turn_start(now);
       if (n > 0) {
         const uint64_t budget = spin_budget_ns();
         spin_until = budget ? now + budget : 0;
       }
-      if (now < spin_until) continue;
+      if (now < spin_until && governor.may_spin(now)) {
+        governor.turn_end(Reactor::clock_ns());
+        continue;
+      }
+      governor.stopped();
       spinning_.store(false, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
@@ -187,9 +195,11 @@ void Lane::run_adaptive() {
     const int n = reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
     if (n > 0) {
       const uint64_t budget = spin_budget_ns();
-      if (budget) {
-        spin_until = reactor_->now_ns() + budget;
+      const uint64_t now = reactor_->now_ns();
+      if (budget && governor.may_spin(now)) {
+        spin_until = now + budget;
         spinning_.store(true, std::memory_order_relaxed);
+        governor.turn_end(Reactor::clock_ns());
       }
     }
   }

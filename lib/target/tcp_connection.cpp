@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "core/spin_governor.hpp"
 #include "target/clock.hpp"
 #include "target/controller.hpp"
 #include "target/identify_data.hpp"
@@ -103,6 +104,10 @@ void TcpConnection::run() noexcept {
   CloseKind why = CloseKind::none;
   const char* reason = "closed by the host";
   uint64_t last_work_ns = 0;
+  // An adaptive spin that lost its CPU stops, and none starts for a while: the thread sleeps in
+  // ppoll and is woken like a sleeping one (core/spin_governor.hpp). A busy target keeps spinning.
+  detail::SpinGovernor governor;
+  const bool governed = spin_ns_ != UINT64_MAX;
   for (;;) {
     if ((why = drain_wakeups()) != CloseKind::none) {
       reason = why == CloseKind::reset ? "reset (fault injection)"
@@ -110,17 +115,10 @@ void TcpConnection::run() noexcept {
       break;
     }
     const uint64_t now = now_ns();
-    // The keep-alive timer never pauses: a fault that keeps commands from arriving ends the
-    // controller at KATO, as it would on a real target.
+    governor.turn_start(now);
     blackholed_ = port_.blackholed();
     partitioned_ = port_.partitioned();
     run_due(now);
-    if (now > kato_deadline()) {
-      why = CloseKind::association;
-      reason = "keep-alive timeout";
-      port_.counters().keep_alive_expiries.fetch_add(1, std::memory_order_relaxed);
-      break;
-    }
     bool progress = false;
     if (!blackholed_ && !partitioned_) {
       if (!backlog_full() || phase_ == Phase::closing) {
@@ -145,14 +143,28 @@ void TcpConnection::run() noexcept {
         }
       }
     }
+    // After the receive: a thread held off its CPU past KATO first reads the Keep Alive that
+    // waited in its socket. A fault that keeps commands from arriving (nothing is read) still
+    // ends the controller at KATO, as on a real target.
+    if (now > kato_deadline()) {
+      why = CloseKind::association;
+      reason = "keep-alive timeout";
+      port_.counters().keep_alive_expiries.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
     if (progress) {
       last_work_ns = now;
+      governor.turn_end(now_ns());
       continue;
     }
     // Polling: the next pass is the next non-blocking receive. A wake-up from ppoll costs more
     // than the gap between a completion and the next command of a closed loop, and every pass
     // still looks at close requests, posted completions, faults and deadlines.
-    if (spin_ns_ && now - last_work_ns < spin_ns_ && can_spin()) continue;
+    if (spin_ns_ && now - last_work_ns < spin_ns_ && can_spin() && (!governed || governor.may_spin(now))) {
+      governor.turn_end(now_ns());
+      continue;
+    }
+    governor.stopped();
     const short rev = wait_for_events(now);
     // Not reading while blackholed, but a host that gives up and closes must still be noticed
     // (and its teardown timed for the held writes). A partition looks at nothing.
