@@ -228,6 +228,7 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
   qc.digest = o.digest;
   qc.recv_buffer = p.recv_buffer;
   qc.tls = p.tls;
+  qc.ktls = o.tls_kernel;
   auto qp = tcp::QueuePair::connect(reactor, qc);
   if (!qp) return qp.error();
   tcp::QueuePair* raw = qp->get();

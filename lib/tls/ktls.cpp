@@ -121,7 +121,8 @@ Result<TrafficKeys> traffic_keys(const Session& s) {
   return k;
 }
 
-Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail) {
+Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail, bool* socket_changed) {
+  if (socket_changed != nullptr) *socket_changed = false;
   auto fail = [&](const char* what) -> std::error_code {
     if (detail != nullptr) *detail = std::string(what) + ": " + std::strerror(errno);
     return TlsErrc::ktls_unavailable;
@@ -135,6 +136,7 @@ Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail) 
   if (::setsockopt(fd, IPPROTO_TCP, TCP_ULP, kUlp, sizeof kUlp) != 0) {
     return fail("TCP_ULP tls");
   }
+  if (socket_changed != nullptr) *socket_changed = true;
   const bool aes256 = keys.suite == CipherSuite::aes_256_gcm_sha384;
   for (const auto& [opt, d] : {std::pair<int, const DirectionKeys*>{TLS_TX, &keys.tx},
                                std::pair<int, const DirectionKeys*>{TLS_RX, &keys.rx}}) {
@@ -145,7 +147,8 @@ Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail) 
   return {};
 }
 
-Result<void> enable_ktls(int fd, const Session& s, std::string* detail) {
+Result<void> enable_ktls(int fd, const Session& s, std::string* detail, bool* socket_changed) {
+  if (socket_changed != nullptr) *socket_changed = false;
   if (s.input_buffered() != 0 || s.output_pending() != 0) {
     if (detail != nullptr) *detail = "records buffered in the user-space session";
     return make_error_code(TlsErrc::ktls_unavailable);
@@ -155,7 +158,7 @@ Result<void> enable_ktls(int fd, const Session& s, std::string* detail) {
     if (detail != nullptr) *detail = keys.error().message();
     return keys.error();
   }
-  return install_ktls(fd, *keys, detail);
+  return install_ktls(fd, *keys, detail, socket_changed);
 }
 
 }  // namespace nvmeof::tls

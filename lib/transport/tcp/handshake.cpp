@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "core/crc32c.hpp"
 #include "core/log.hpp"
 #include "fabric/connect.hpp"
+#include "tls/ktls.hpp"
 #include "tls/session.hpp"
 
 namespace nvmeof::tcp::detail {
@@ -147,8 +150,10 @@ class Wire {
 
   // The TLS 1.3 handshake as the client, bounded by `deadline`: empty, or the library's error
   // with the reason in `why`.
-  std::error_code start_tls(const tls::TlsPsk& psk, Clock::time_point deadline, std::string& why) {
+  std::error_code start_tls(const tls::TlsPsk& psk, bool want_kernel, Clock::time_point deadline,
+                            std::string& why) {
     tls::SessionConfig sc = tls::SessionConfig::client(psk);
+    sc.keep_traffic_secrets = want_kernel;
     sc.handshake_timeout = std::max(std::chrono::milliseconds(1),
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     auto s = tls::Session::create(std::move(sc));
@@ -183,6 +188,20 @@ class Wire {
   }
 
   std::unique_ptr<tls::Session> release_tls() noexcept { return std::move(tls_); }
+
+  // After start_tls: hands the record layer to the kernel. True when it took it (the wire is
+  // plaintext from now on). False with `why` empty when the kernel offers no kernel TLS (user
+  // space goes on); false with `why` set when the socket was changed and is unusable.
+  bool to_kernel(std::string& why) {
+    std::string detail;
+    bool changed = false;
+    if (tls::enable_ktls(fd_, *tls_, &detail, &changed)) {
+      tls_.reset();
+      return true;
+    }
+    if (changed) why = "kernel TLS refused the session's keys: " + detail;
+    return false;
+  }
 
  private:
   std::error_code handshake_error(std::error_code ec, std::string& why) {
@@ -466,9 +485,24 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
   }
 
   Wire wire(fd.get());
+  bool ktls = false;
   if (cfg.tls) {
+    // Kernel TLS is tried until a kernel refuses it once: then user space for this process.
+    static std::atomic<bool> kernel_refused{false};
+    static const bool env_off = [] {
+      const char* e = std::getenv("NVMEOF_KTLS");
+      return e != nullptr && std::strcmp(e, "0") == 0;
+    }();
+    const bool want_kernel = cfg.ktls && !env_off && !kernel_refused.load(std::memory_order_relaxed);
     std::string why;
-    if (auto ec = wire.start_tls(*cfg.tls, deadline, why)) return logged(label, ec, why);
+    if (auto ec = wire.start_tls(*cfg.tls, want_kernel, deadline, why)) return logged(label, ec, why);
+    if (want_kernel) {
+      ktls = wire.to_kernel(why);
+      if (!ktls && !why.empty()) {
+        kernel_refused.store(true, std::memory_order_relaxed);
+        return logged(label, make_error_code(Errc::tls_handshake_failed), why);
+      }
+    }
   }
 
   // ICReq: HPDA 0 (no receive alignment needed), MAXR2T 0 (one R2T outstanding per command).
@@ -507,6 +541,7 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
   auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
   if (!rsp) return rsp.error();
   out.session.cntlid = rsp.value().cntlid;
+  out.session.ktls = ktls;
   out.tls = wire.release_tls();
   out.fd = fd.release();
   return out;

@@ -79,6 +79,8 @@ struct QpConfig {
   /// key, suite; tls/psk.hpp) before the ICReq, within connect_timeout, and every byte after it
   /// (ICReq, Connect, authentication, every PDU) goes through the session. Null: plaintext.
   std::shared_ptr<const tls::TlsPsk> tls;
+  /// With tls: offer the session to kernel TLS after the handshake (tls/ktls.hpp).
+  bool ktls = true;
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
 };
@@ -90,6 +92,7 @@ struct Session {
   uint8_t cpda = 0;
   uint32_t maxh2cdata = 0;
   uint16_t cntlid = 0;  ///< from the Connect response (DW0 15:0)
+  bool ktls = false;    ///< TLS whose record layer the kernel runs (the pair moves plaintext)
 };
 
 /// Consumes `sent` bytes from iov[start..count): whole entries are skipped, a partly sent one is
@@ -173,7 +176,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
   /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
-  bool is_tls() const noexcept { return tls_ != nullptr; }
+  bool is_tls() const noexcept { return tls_ != nullptr || session_.ktls; }
+  /// True when that TLS runs in the kernel (kernel TLS) rather than on the reactor.
+  bool is_ktls() const noexcept { return session_.ktls; }
   tls::CipherSuite tls_suite() const noexcept;
 
   QueuePair(const QueuePair&) = delete;
