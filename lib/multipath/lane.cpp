@@ -879,45 +879,52 @@ int Lane::turn() noexcept {
     if (!lp.inflight.head || !lp.qp || lp.qp->state() != QpState::live) continue;
     check_deadline(static_cast<int>(p), now);
   }
+  // Each list is walked once per turn, over the attempts it held when the walk began: issue()
+  // may put an attempt straight back on the list it came from (no path, or a full pair), and a
+  // walk that followed the links met it again and again. Found by the soak run: two attempts
+  // waiting while issue() found no path kept swapping places at the tail, the lane never left
+  // the turn, no I/O completed for 14 minutes and every reconnect's prepared queue piled up in
+  // its unread post ring (45 sockets and 13 MiB a minute).
   auto release = [&](AttemptList& list) {
-    for (Attempt* a = list.head; a;) {
-      Attempt* next = a->next;
+    for (uint32_t n = list.size; n > 0; --n) {
+      Attempt* a = list.pop_front();
       if (a->release_ns <= now) {
-        list.remove(a);
         issue(*a);
         ++events;
+      } else {
+        list.push_back(a);
       }
-      a = next;
     }
   };
   // Writes waiting for their old controller's fence: released by the fence itself, or by the
   // quiesce time after the controller closed their queue pair.
-  for (Attempt* a = fenced_.head; a;) {
-    Attempt* next = a->next;
+  for (uint32_t n = fenced_.size; n > 0; --n) {
+    Attempt* a = fenced_.pop_front();
     const auto& sp = *vol_.paths_[static_cast<size_t>(a->path)];
     if (a->release_ns <= now || sp.fenced_through.load(std::memory_order_acquire) > a->generation) {
-      fenced_.remove(a);
       issue(*a);
       ++events;
+    } else {
+      fenced_.push_back(a);
     }
-    a = next;
   }
   release(delayed_);
   if (!waiting_.empty()) {
     refresh_views();
     bool any = false;
     for (auto& v : views_) any |= v.use == PathUse::usable && ana_tier(v.ana) >= 0;
-    for (Attempt* a = waiting_.head; a;) {
-      Attempt* next = a->next;
-      if (any) {
-        waiting_.remove(a);
+    for (uint32_t n = waiting_.size; n > 0; --n) {
+      Attempt* a = waiting_.pop_front();
+      // no_path_timeout first: a path that looks usable but takes nothing must not hold the
+      // I/O past it either.
+      if (a->release_ns <= now) {
+        finish_piece(*a, NvmeStatus::make(Sct::path, 0x70, true));
+      } else if (any) {
         a->exclude = -1;
         issue(*a);
-      } else if (a->release_ns <= now) {
-        waiting_.remove(a);
-        finish_piece(*a, NvmeStatus::make(Sct::path, 0x70, true));  // no_path_timeout
+      } else {
+        waiting_.push_back(a);
       }
-      a = next;
     }
   }
   while (backlog_head_ && has_free(pieces_of(*backlog_head_))) {

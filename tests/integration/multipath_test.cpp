@@ -583,6 +583,132 @@ TEST_CASE("an I/O that only refusing paths could take waits for a path to come b
   rig.target->fail_commands(0, std::nullopt);
 }
 
+// Found by the soak run (no I/O completed for 14 minutes, stats() blocked): issue() may put an
+// attempt straight back on the list it came from, and the lane's walk of its waiting list
+// followed the links, so two attempts that found no path kept swapping places at the tail and
+// the lane never left its turn. Here three reads wait (the only path inaccessible); the path
+// comes back and, right after the lane submitted the first of them, goes inaccessible again
+// (the I/O trace hook turns it on the lane's own thread, as a control thread racing the lane
+// did), so the other two find no path while the lane releases them. They must wait again once
+// each, the lane must go on (the first read's completion is handled), and all three complete
+// with their data once the path is back. Without the fix the walk goes round: after
+// kBounceLimit waiting steps the hook gives the path back, so the test fails instead of hanging.
+namespace bounce {
+constexpr int kBounceLimit = 10000;
+struct State {
+  Target* target = nullptr;
+  Volume* vol = nullptr;
+  std::atomic<bool> armed{false};
+  std::atomic<bool> turned{false};       // the hook made the path inaccessible again
+  std::atomic<int> waiting{0};           // waiting steps
+  std::atomic<int> waiting_after{0};     // waiting steps after the hook turned the path
+  std::atomic<int> completed_after{0};   // completions the lane handled after that
+  std::atomic<bool> broke{false};        // the hook had to let the lane out
+};
+State st;
+void hook(const VolumeIo&, detail::IoTraceEvent ev, int, uint16_t) {
+  if (ev == detail::IoTraceEvent::waiting) {
+    st.waiting.fetch_add(1);
+    if (st.turned.load() && st.waiting_after.fetch_add(1) + 1 == kBounceLimit) {
+      st.broke.store(true);
+      st.target->set_ana_state(0, AnaState::optimized);
+    }
+  } else if (ev == detail::IoTraceEvent::complete && st.turned.load()) {
+    st.completed_after.fetch_add(1);
+  } else if (ev == detail::IoTraceEvent::issue && st.armed.exchange(false)) {
+    st.target->set_ana_state(0, AnaState::inaccessible);
+    for (int i = 0; i < 10000 && st.vol->usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
+    st.turned.store(st.vol->usable_paths() == 0);
+  }
+}
+}  // namespace bounce
+
+TEST_CASE("waiting I/O that finds no path as the lane releases it waits again and the lane goes on",
+          "[multipath][fault]") {
+  using bounce::st;
+  st.target = nullptr;
+  st.vol = nullptr;
+  st.armed = false;
+  st.turned = false;
+  st.waiting = 0;
+  st.waiting_after = 0;
+  st.completed_after = 0;
+  st.broke = false;
+  struct Hook {
+    Hook() { detail::g_io_trace_for_test = &bounce::hook; }
+    ~Hook() { detail::g_io_trace_for_test = nullptr; }
+  } hook;
+  Rig rig(1, SelectorKind::service_time, 10, {}, 1s);
+  st.target = rig.target.get();
+  st.vol = rig.vol.get();
+  auto until = [](const std::function<bool()>& pred) {
+    for (int i = 0; i < 10000; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return pred();
+  };
+  constexpr int kReads = 3;
+  constexpr uint64_t kLba = 40;
+  std::vector<uint8_t> w(kBlock);
+  for (int i = 0; i < kReads; ++i) {
+    fill_block(w.data(), kLba + i, 11);
+    REQUIRE(run_io(*rig.vol, IoOp::write, w.data(), kLba + i, 1).is_success());
+  }
+  rig.target->set_ana_state(0, AnaState::inaccessible);
+  REQUIRE(until([&] { return rig.vol->usable_paths() == 0; }));
+
+  struct Read {
+    VolumeIo io;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(kBlock, 0);
+    std::atomic<bool> fin{false};
+    std::atomic<uint16_t> raw{0};
+  };
+  std::vector<std::unique_ptr<Read>> reads;
+  for (int i = 0; i < kReads; ++i) {
+    auto r = std::make_unique<Read>();
+    r->io.op = IoOp::read;
+    r->io.slba = kLba + static_cast<uint64_t>(i);
+    r->io.nlb = 1;
+    r->io.buf = r->buf.data();
+    r->io.user = r.get();
+    r->io.done = [](VolumeIo& io, NvmeStatus s) noexcept {
+      auto* rd = static_cast<Read*>(io.user);
+      rd->raw.store(s.raw);
+      rd->fin.store(true);
+    };
+    reads.push_back(std::move(r));
+  }
+  for (auto& r : reads) REQUIRE(rig.vol->submit(r->io) == 0);
+  REQUIRE(until([&] { return st.waiting.load() >= kReads; }));
+
+  st.armed = true;
+  rig.target->set_ana_state(0, AnaState::optimized);
+  REQUIRE(until([&] { return st.turned.load(); }));
+  // The lane left that turn: it handled the first read's completion (on the path gone
+  // inaccessible). Without the fix this comes only after the hook let the lane out.
+  REQUIRE(until([&] { return st.completed_after.load() > 0; }));
+  INFO("waiting steps after the path went: " << st.waiting_after.load());
+  CHECK_FALSE(st.broke.load());
+  CHECK(st.waiting_after.load() >= kReads - 1);
+  CHECK(st.waiting_after.load() < 100);
+  CHECK(rig.vol->stats().waiting <= static_cast<uint64_t>(kReads));
+
+  rig.target->set_ana_state(0, AnaState::optimized);
+  REQUIRE(until([&] {
+    for (auto& r : reads)
+      if (!r->fin.load()) return false;
+    return true;
+  }));
+  for (int i = 0; i < kReads; ++i) {
+    CHECK(NvmeStatus{reads[static_cast<size_t>(i)]->raw.load()}.is_success());
+    CHECK(block_matches(reads[static_cast<size_t>(i)]->buf.data(), kLba + static_cast<uint64_t>(i), 11));
+  }
+  const VolumeStats s = rig.vol->stats();
+  INFO(to_text(s));
+  CHECK(s.failed == 0);
+}
+
 // The failover timeline is bounded (a flapping path must not grow it for the life of the
 // process): it keeps the newest timeline_max events, counts the others, and the events it keeps
 // are still the ones the volume stamps (their number is not their position any more).
