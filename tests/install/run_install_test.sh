@@ -144,7 +144,8 @@ step "C++ consumer: c++ consumer.cpp \$(pkg-config --cflags --libs nvmeof)"
 # shellcheck disable=SC2046
 c++ -std=c++20 -Wall -Wextra -Werror -o "$work/consumer" "$here/consumer.cpp" \
   $(pkg-config --cflags --libs nvmeof) || fail "the C++ consumer does not build"
-ldd "$work/consumer" | grep -q "$libdir/libnvmeof.so" || fail "the consumer does not use the installed libnvmeof.so"
+# Not grep -q: it would stop reading, and ldd, killed by SIGPIPE, fails the pipeline (pipefail).
+ldd "$work/consumer" | grep "$libdir/libnvmeof.so" >/dev/null || fail "the consumer does not use the installed libnvmeof.so"
 # shellcheck disable=SC2086
 "$work/consumer" "$nqn" $addrs || fail "the C++ consumer failed"
 
