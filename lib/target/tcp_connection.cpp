@@ -1,6 +1,7 @@
 #include "target/tcp_connection.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -107,7 +108,12 @@ void TcpConnection::run() noexcept {
   // An adaptive spin that lost its CPU stops, and none starts for a while: the thread sleeps in
   // ppoll and is woken like a sleeping one (core/spin_governor.hpp). A busy target keeps spinning.
   detail::SpinGovernor governor;
-  const bool governed = spin_ns_ != UINT64_MAX;
+  // A busy target spins without end only on a live I/O queue. Its admin queue (keep-alives,
+  // log pages) and a queue still waiting for its Connect spin like an adaptive one: a second
+  // thread that never sleeps on the I/O queue's CPU would take the CPU from it for a whole
+  // scheduler slice (4 ms at HZ=250) every so often.
+  const uint64_t adaptive_ns = uint64_t{core_.opts.poll_spin_us} * 1000;
+  uint32_t idle_passes = 0;
   for (;;) {
     if ((why = drain_wakeups()) != CloseKind::none) {
       reason = why == CloseKind::reset ? "reset (fault injection)"
@@ -160,7 +166,12 @@ void TcpConnection::run() noexcept {
     // Polling: the next pass is the next non-blocking receive. A wake-up from ppoll costs more
     // than the gap between a completion and the next command of a closed loop, and every pass
     // still looks at close requests, posted completions, faults and deadlines.
-    if (spin_ns_ && now - last_work_ns < spin_ns_ && can_spin() && (!governed || governor.may_spin(now))) {
+    const bool busy = spin_ns_ == UINT64_MAX && qid_ != 0 && ctrl_;
+    const uint64_t spin = busy ? UINT64_MAX : spin_ns_ == UINT64_MAX ? adaptive_ns : spin_ns_;
+    if (spin && now - last_work_ns < spin && can_spin() && (busy || governor.may_spin(now))) {
+      // A busy spinner that shares its CPU (several I/O queues, or the host's own threads)
+      // lets the other runnable thread in between its idle passes instead of after a slice.
+      if (busy && (++idle_passes & 7) == 0) ::sched_yield();
       governor.turn_end(now_ns());
       continue;
     }

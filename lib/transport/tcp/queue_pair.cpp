@@ -253,14 +253,21 @@ void QueuePair::unlink(uint16_t cid) noexcept {
   slots_[cid].next = kNil;
 }
 
-int QueuePair::poll_fn(void* self) noexcept { return static_cast<QueuePair*>(self)->flush(); }
+// Every turn, after the completions: the send first, then the receive is armed again. A receive
+// that finds no data arms a poll before the next SQE is issued, so queued ahead of the send (as
+// on_recv used to re-arm) it held back every QD1 command by that much.
+int QueuePair::poll_fn(void* self) noexcept {
+  auto& qp = *static_cast<QueuePair*>(self);
+  const int work = qp.flush();
+  if (!qp.core_->recv_armed) qp.arm_recv();
+  return work;
+}
 
 // Gathers every queued PDU (up to the iovec and header-arena limits) into one SENDMSG.
 int QueuePair::flush() noexcept {
   if (state_ != QpState::live) return 0;
   IoCore& c = *core_;
   int work = 0;
-  if (!c.recv_armed) arm_recv();
   if (c.send_active) {
     if (!c.send_in_kernel && submit_batch()) ++work;  // an SQE was missing last turn
     return work;
@@ -437,8 +444,7 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
       if (c.inflight == 0) finish_teardown();
       return;
     }
-    arm_recv();
-    return;
+    return;  // the poller arms the next receive after this turn's send
   }
   RecvSink sink{*this};
   fail_detail_ = nullptr;
@@ -451,9 +457,8 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
   }
   if (err != Errc::ok) {
     fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
-    return;
   }
-  arm_recv();
+  // The poller arms the next receive once this turn's send is queued (poll_fn).
 }
 
 bool QueuePair::detach_data(IoRequest& req) noexcept {
