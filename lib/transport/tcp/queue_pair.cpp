@@ -355,10 +355,16 @@ bool QueuePair::submit_batch() noexcept {
   IoCore& c = *core_;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return false;  // flush() retries on the next turn
-  c.msg = msghdr{};
-  c.msg.msg_iov = c.iov + c.iov_start;
-  c.msg.msg_iovlen = c.iov_count - c.iov_start;
-  io_uring_prep_sendmsg(sqe, c.fd, &c.msg, MSG_NOSIGNAL);
+  if (c.iov_count - c.iov_start == 1) {
+    // One piece (a QD1 command capsule, a TLS record): SEND spares the kernel the msghdr and
+    // iovec copies of SENDMSG.
+    io_uring_prep_send(sqe, c.fd, c.iov[c.iov_start].iov_base, c.iov[c.iov_start].iov_len, MSG_NOSIGNAL);
+  } else {
+    c.msg = msghdr{};
+    c.msg.msg_iov = c.iov + c.iov_start;
+    c.msg.msg_iovlen = c.iov_count - c.iov_start;
+    io_uring_prep_sendmsg(sqe, c.fd, &c.msg, MSG_NOSIGNAL);
+  }
   io_uring_sqe_set_data(sqe, &c.send_h);
   ++c.inflight;
   c.send_in_kernel = true;
