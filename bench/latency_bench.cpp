@@ -64,6 +64,8 @@ enum class Wait : uint8_t {
   defer,      // SINGLE_ISSUER | DEFER_TASKRUN: spin on io_uring_get_events (no wait)
   defer_regfd,  // defer, with the ring fd registered (io_uring_register_ring_fd)
   sqpoll,     // SQPOLL: a kernel thread submits; spin peeking the CQ ring
+  multishot,  // defer, receiving with one multishot RECV from a provided buffer ring (armed once)
+  send_zc,    // defer, sending with SEND_ZC (zero-copy; its notification CQEs are skipped)
   syscall,    // no ring: spin on non-blocking send/recv system calls (a polling target's way)
 };
 
@@ -75,6 +77,8 @@ const char* to_string(Wait w) {
     case Wait::defer: return "busy: DEFER_TASKRUN, get_events";
     case Wait::defer_regfd: return "busy: DEFER_TASKRUN + reg. ring fd";
     case Wait::sqpoll: return "busy: SQPOLL, peek CQ";
+    case Wait::multishot: return "busy: DEFER_TASKRUN, multishot recv";
+    case Wait::send_zc: return "busy: DEFER_TASKRUN, SEND_ZC";
     case Wait::syscall: return "busy: non-blocking recv/send";
   }
   return "?";
@@ -88,7 +92,9 @@ int init_ring(io_uring& ring, Wait w) {
     case Wait::syscall: break;
     case Wait::coop: p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG; break;
     case Wait::defer:
-    case Wait::defer_regfd: p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN; break;
+    case Wait::defer_regfd:
+    case Wait::multishot:
+    case Wait::send_zc: p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN; break;
     case Wait::sqpoll:
       p.flags = IORING_SETUP_SQPOLL;
       p.sq_thread_idle = 1000;
@@ -108,22 +114,108 @@ bool wait_one(io_uring& ring, Wait w, int& res) {
     if (io_uring_submit(&ring) < 0) return false;
     for (;;) {
       if (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe) break;
-      if (w == Wait::defer || w == Wait::defer_regfd) {
+      if (w == Wait::defer || w == Wait::defer_regfd || w == Wait::multishot || w == Wait::send_zc) {
         io_uring_get_events(&ring);
       } else if (w == Wait::coop) {
         if (IO_URING_READ_ONCE(*ring.sq.kflags) & IORING_SQ_TASKRUN) io_uring_get_events(&ring);
       }
     }
   }
+  if (cqe->flags & IORING_CQE_F_NOTIF) {  // SEND_ZC: the buffer is ours again; not a result
+    io_uring_cqe_seen(&ring, cqe);
+    return wait_one(ring, w, res);
+  }
   res = cqe->res;
   io_uring_cqe_seen(&ring, cqe);
   return true;
 }
 
+// Wait::multishot: one RECV armed once, filling buffers of a provided ring; what a completion
+// delivered beyond the bytes asked for stays for the next receive (the thread's own state: one
+// ping-pong side per thread at a time).
+struct Multishot {
+  static constexpr unsigned kBufs = 8;
+  static constexpr unsigned kBufLen = 16384;
+  static constexpr int kGroup = 7;
+  io_uring_buf_ring* br = nullptr;
+  std::vector<uint8_t> mem;
+  bool armed = false;
+  int bid = -1;       // buffer being consumed
+  size_t off = 0, left = 0;
+
+  bool setup(io_uring& ring) {
+    const size_t ring_bytes = kBufs * sizeof(io_uring_buf);
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, ring_bytes) != 0) return false;
+    br = static_cast<io_uring_buf_ring*>(p);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<uintptr_t>(br);
+    reg.ring_entries = kBufs;
+    reg.bgid = kGroup;
+    if (io_uring_register_buf_ring(&ring, &reg, 0) != 0) return false;
+    io_uring_buf_ring_init(br);
+    mem.assign(size_t{kBufs} * kBufLen, 0);
+    for (unsigned i = 0; i < kBufs; ++i)
+      io_uring_buf_ring_add(br, mem.data() + size_t{i} * kBufLen, kBufLen, static_cast<unsigned short>(i),
+                            io_uring_buf_ring_mask(kBufs), static_cast<int>(i));
+    io_uring_buf_ring_advance(br, kBufs);
+    armed = false;
+    bid = -1;
+    return true;
+  }
+  void teardown(io_uring& ring) {
+    if (!br) return;
+    io_uring_unregister_buf_ring(&ring, kGroup);
+    free(br);
+    br = nullptr;
+  }
+  void recycle() {
+    io_uring_buf_ring_add(br, mem.data() + static_cast<size_t>(bid) * kBufLen, kBufLen,
+                          static_cast<unsigned short>(bid), io_uring_buf_ring_mask(kBufs), 0);
+    io_uring_buf_ring_advance(br, 1);
+    bid = -1;
+  }
+  bool recv(io_uring& ring, int fd, uint8_t* dst, size_t len) {
+    while (len > 0) {
+      if (bid < 0) {
+        if (!armed) {
+          io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+          io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
+          sqe->flags |= IOSQE_BUFFER_SELECT;
+          sqe->buf_group = kGroup;
+          armed = true;
+        }
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_submit(&ring) < 0) return false;
+        while (!(io_uring_peek_cqe(&ring, &cqe) == 0 && cqe)) io_uring_get_events(&ring);
+        const int res = cqe->res;
+        const unsigned flags = cqe->flags;
+        io_uring_cqe_seen(&ring, cqe);
+        if (!(flags & IORING_CQE_F_MORE)) armed = false;
+        if (res == -ENOBUFS) continue;  // re-armed on the next pass
+        if (res <= 0 || !(flags & IORING_CQE_F_BUFFER)) return false;
+        bid = static_cast<int>(flags >> IORING_CQE_BUFFER_SHIFT);
+        off = 0;
+        left = static_cast<size_t>(res);
+      }
+      const size_t n = std::min(len, left);
+      std::memcpy(dst, mem.data() + static_cast<size_t>(bid) * kBufLen + off, n);
+      dst += n;
+      len -= n;
+      off += n;
+      left -= n;
+      if (left == 0) recycle();
+    }
+    return true;
+  }
+};
+thread_local Multishot t_multishot;
+
 // Sends or receives exactly `len` bytes through the ring, one SQE at a time as a QD1 initiator
 // would. Returns false when the peer closed or on an error.
 bool ring_io(io_uring& ring, Wait w, int fd, void* buf, size_t len, Direction dir) {
   auto* p = static_cast<uint8_t*>(buf);
+  if (w == Wait::multishot && dir == Direction::recv) return t_multishot.recv(ring, fd, p, len);
   while (len > 0 && w == Wait::syscall) {
     const ssize_t n = dir == Direction::send ? ::send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL)
                                              : ::recv(fd, p, len, MSG_DONTWAIT);
@@ -137,7 +229,9 @@ bool ring_io(io_uring& ring, Wait w, int fd, void* buf, size_t len, Direction di
   }
   while (len > 0) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    if (dir == Direction::send) {
+    if (dir == Direction::send && w == Wait::send_zc) {
+      io_uring_prep_send_zc(sqe, fd, p, len, MSG_NOSIGNAL, 0);
+    } else if (dir == Direction::send) {
       io_uring_prep_send(sqe, fd, p, len, MSG_NOSIGNAL);
     } else {
       io_uring_prep_recv(sqe, fd, p, len, 0);
@@ -201,14 +295,17 @@ class PingPong {
     if (connect(client_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
     set_nodelay(client_fd_);
     ring_ok_ = init_ring(ring_, client_) == 0;
+    if (ring_ok_ && client_ == Wait::multishot && !t_multishot.setup(ring_)) return false;
     return ring_ok_;
   }
 
   ~PingPong() {
+    // The ring first: an armed multishot RECV holds the socket open past close().
+    if (ring_ok_ && client_ == Wait::multishot) t_multishot.teardown(ring_);
+    if (ring_ok_) io_uring_queue_exit(&ring_);
     if (client_fd_ >= 0) close(client_fd_);
     if (server_.joinable()) server_.join();
     if (listen_fd_ >= 0) close(listen_fd_);
-    if (ring_ok_) io_uring_queue_exit(&ring_);
   }
 
   // Round trips for `duration`, each recorded in `h`; the client thread's CPU time is added to
@@ -240,11 +337,12 @@ class PingPong {
     if (fd < 0) return;
     set_nodelay(fd);
     io_uring ring{};
-    if (init_ring(ring, server_wait_) == 0) {
+    if (init_ring(ring, server_wait_) == 0 && (server_wait_ != Wait::multishot || t_multishot.setup(ring))) {
       std::vector<uint8_t> cmd(kCommandBytes), reply(kReplyBytes, 0xa5);
       while (ring_io(ring, server_wait_, fd, cmd.data(), cmd.size(), Direction::recv) &&
              ring_io(ring, server_wait_, fd, reply.data(), reply.size(), Direction::send)) {
       }
+      if (server_wait_ == Wait::multishot) t_multishot.teardown(ring);
       io_uring_queue_exit(&ring);
     }
     close(fd);
@@ -518,8 +616,14 @@ int main(int argc, char** argv) {
     for (Wait w : {Wait::coop, Wait::defer, Wait::defer_regfd, Wait::sqpoll})
       floors.push_back({w, Wait::peek, {std::string("pingpong_") + to_string(w), {}, 0, 0}});
   // What a polling nvmeof initiator against a polling embedded target can reach at best.
-  if (mechanics)
+  if (mechanics) {
     floors.push_back({Wait::defer, Wait::syscall, {"pingpong_defer_vs_syscalls", {}, 0, 0}});
+    // An initiator that receives through one multishot RECV (no re-arm per completion) ...
+    floors.push_back({Wait::multishot, Wait::syscall, {"pingpong_multishot_vs_syscalls", {}, 0, 0}});
+    // ... and a target side on a ring, sending its 4 KiB replies with SEND or with SEND_ZC.
+    floors.push_back({Wait::syscall, Wait::defer, {"pingpong_syscalls_vs_defer", {}, 0, 0}});
+    floors.push_back({Wait::syscall, Wait::send_zc, {"pingpong_syscalls_vs_send_zc", {}, 0, 0}});
+  }
   std::vector<Row> qd1, qdn;
   for (size_t i = 0; i < nrows; ++i) {
     qd1.push_back({row_name(i), {}, 0, 0});
