@@ -128,8 +128,10 @@ ssize_t TcpConnection::wire_send(const uint8_t* buf, size_t len) {
 // when the socket failed; true otherwise, whatever is left.
 bool TcpConnection::send_pending_ciphertext() {
   tls::Session& s = tls_->session();
-  while (s.output_pending() > 0) {
+  for (;;) {
+    // Bytes taken out of the session go first; then the next piece of its output.
     if (tls_tx_off_ == tls_tx_len_) {
+      if (s.output_pending() == 0) return true;
       tls_tx_len_ = s.take_output({tls_tx_.data(), tls_tx_.size()});
       tls_tx_off_ = 0;
     }
@@ -140,21 +142,8 @@ bool TcpConnection::send_pending_ciphertext() {
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;
-  }
-  // Bytes taken out of the session but not yet sent.
-  while (tls_tx_off_ < tls_tx_len_) {
-    const ssize_t w = ::send(fd_, tls_tx_.data() + tls_tx_off_, tls_tx_len_ - tls_tx_off_,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w > 0) {
-      tls_tx_off_ += static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
     return w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
-  return true;
 }
 
 size_t TcpConnection::wire_pending() const noexcept {
