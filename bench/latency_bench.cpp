@@ -33,9 +33,14 @@
 #include <thread>
 #include <vector>
 
+#include "control/controller_access.hpp"
 #include "core/histogram.hpp"
+#include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
+#include "reactor/reactor.hpp"
+#include "transport/tcp/pdu.hpp"
+#include "transport/tcp/queue_pair.hpp"
 
 namespace {
 
@@ -357,6 +362,160 @@ class PingPong {
   std::thread server_;
 };
 
+// -- the queue pair alone: against our target, and against the least an NVMe/TCP target does --
+
+// Answers on one loopback connection, spinning on non-blocking recv/send like the busy floor's
+// server: the ICReq, every Connect and any other command with a success CQE, and a read with one
+// SUCCESS-flagged C2HData whose data is a fixed buffer (no namespace, no copy, no checks). No
+// NVMe/TCP target can answer a read with less work, so a real target's latency over this one's,
+// for the same initiator, bounds from above its ratio to any other target's (nvmf_tgt included)
+// on the same socket calls.
+class MinResponder {
+ public:
+  explicit MinResponder(int cpu) : cpu_(cpu), out_(sizeof(nvmeof::tcp::DataHeader) + (1u << 20), 0xa5) {}
+  bool start() {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        listen(listen_fd_, 4) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
+      return false;
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+    return true;
+  }
+  ~MinResponder() {
+    stop_.store(true);
+    if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    if (listen_fd_ >= 0) close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  static bool send_all(int fd, const void* p, size_t n) {
+    auto* b = static_cast<const uint8_t*>(p);
+    while (n > 0) {
+      const ssize_t w = ::send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w > 0) {
+        b += w;
+        n -= static_cast<size_t>(w);
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        return false;
+      }
+    }
+    return true;
+  }
+  bool answer(int fd, const uint8_t* pdu, const nvmeof::tcp::CommonHeader& ch) {
+    using namespace nvmeof::tcp;
+    if (ch.type == PduType::ic_req) {
+      IcResp r;
+      fill_ic_resp(r, 0, false, false, 131072);
+      return send_all(fd, &r, sizeof r);
+    }
+    if (ch.type != PduType::capsule_cmd || ch.hlen < sizeof(CapsuleCmd)) return true;
+    nvmeof::Sqe sqe;
+    std::memcpy(&sqe, pdu + sizeof(CommonHeader), sizeof sqe);
+    if (sqe.opcode == nvmeof::opcode::kRead) {
+      const uint32_t len = std::min<uint32_t>(((sqe.cdw12 & 0xffff) + 1) * 4096, 1u << 20);
+      DataHeader h;
+      fill_c2h_data(h, sqe.cid, 0, len, true, true, Negotiated{});
+      std::memcpy(out_.data(), &h, sizeof h);  // the data stays where it is, behind the header
+      return send_all(fd, out_.data(), h.ch.plen);
+    }
+    nvmeof::Cqe cqe{};
+    cqe.cid = sqe.cid;
+    cqe.dw0 = 1;  // a Connect's CNTLID
+    cqe.sq_head = 0xffff;
+    CapsuleResp r;
+    fill_capsule_resp(r, cqe, Negotiated{});
+    return send_all(fd, &r, sizeof r);
+  }
+  void serve() {
+    pin_self(cpu_);
+    for (;;) {
+      const int fd = accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      std::vector<uint8_t> in(1u << 17);
+      size_t have = 0;
+      bool ok = true;
+      while (ok && !stop_.load(std::memory_order_relaxed)) {
+        const ssize_t n = ::recv(fd, in.data() + have, in.size() - have, MSG_DONTWAIT);
+        if (n == 0) break;
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EINTR) continue;
+          break;
+        }
+        have += static_cast<size_t>(n);
+        size_t at = 0;
+        while (ok && have - at >= sizeof(nvmeof::tcp::CommonHeader)) {
+          nvmeof::tcp::CommonHeader ch;
+          std::memcpy(&ch, in.data() + at, sizeof ch);
+          if (ch.plen < sizeof ch || ch.plen > in.size()) {
+            ok = false;
+            break;
+          }
+          if (have - at < ch.plen) break;
+          ok = answer(fd, in.data() + at, ch);
+          at += ch.plen;
+        }
+        std::memmove(in.data(), in.data() + at, have - at);
+        have -= at;
+      }
+      close(fd);
+    }
+  }
+
+  int cpu_;
+  std::vector<uint8_t> out_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// QD1 reads of one block of `block_size` on one queue pair, the reactor spinning (poll(0)) on
+// the calling thread, which owns it; every latency into `h`, the thread's CPU into `cpu_ns`.
+bool qp_read_loop(nvmeof::Reactor& reactor, nvmeof::QueuePair& qp, uint32_t nsid, uint32_t block_size,
+                  uint64_t blocks, std::chrono::nanoseconds d, LatencyHistogram& h, uint64_t& cpu_ns) {
+  struct State {
+    bool done = false;
+    bool ok = true;
+  } st;
+  std::vector<uint8_t> buf(kReadBytes);
+  nvmeof::IoRequest req;
+  const uint32_t nlb = kReadBytes / block_size;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  const uint64_t cpu0 = thread_cpu_ns();
+  const uint64_t end = now_ns() + static_cast<uint64_t>(d.count());
+  while (st.ok && now_ns() < end) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    req = nvmeof::IoRequest{};
+    nvmeof::prep_read(req.cmd, nsid, (rng % (blocks / nlb)) * nlb, nlb);
+    req.data = buf.data();
+    req.data_len = kReadBytes;
+    req.user = &st;
+    req.on_complete = [](nvmeof::IoRequest& r, const nvmeof::Cqe& c) noexcept {
+      auto& s = *static_cast<State*>(r.user);
+      s.done = true;
+      s.ok = c.status().is_success();
+    };
+    st.done = false;
+    const uint64_t t0 = now_ns();
+    if (qp.submit(req) != 0) return false;
+    while (!st.done) reactor.poll(std::chrono::microseconds{0});
+    h.record(now_ns() - t0);
+  }
+  cpu_ns += thread_cpu_ns() - cpu0;
+  return st.ok;
+}
+
 // -- nvmeof closed loop ---------------------------------------------------------------------
 
 // `depth` reads kept in flight, each resubmitted from its own completion on the reactor thread.
@@ -492,6 +651,7 @@ int main(int argc, char** argv) {
   unsigned depth = 32;
   bool json_out = false;
   bool mechanics = false;
+  bool target_floor = false;
   int client_cpu = std::thread::hardware_concurrency() >= 2 ? 0 : -1;
   int server_cpu = std::thread::hardware_concurrency() >= 2 ? 1 : -1;
   app.add_option("--seconds", seconds, "time per measurement (split across the rounds)")
@@ -518,6 +678,9 @@ int main(int argc, char** argv) {
   app.add_option("--idle-seconds", idle_seconds,
                  "how long an idle adaptive volume is watched for its CPU use (0: not measured)")
       ->check(CLI::Range(0.0, 600.0));
+  app.add_flag("--target-floor", target_floor,
+               "also measure one queue pair (no Volume) against each embedded target and against a "
+               "responder that does the least an NVMe/TCP target can (the target's own cost)");
   app.add_flag("--json", json_out, "print JSON");
   try {
     app.parse(argc, argv);
@@ -630,6 +793,77 @@ int main(int argc, char** argv) {
     qdn.push_back({row_name(i), {}, 0, 0});
   }
 
+  // --target-floor: one queue pair, no Volume, against each target and against the responder
+  // that does the least a target can; the ratio between them is the target's own cost.
+  std::vector<Row> qprows;
+  std::unique_ptr<MinResponder> responder;
+  if (target_floor) {
+    for (const auto& tp : target_polls) qprows.push_back({"qp_busy_vs_target_" + tp, {}, 0, 0});
+    qprows.push_back({"qp_busy_vs_least_target", {}, 0, 0});
+    responder = std::make_unique<MinResponder>(server_cpu);
+    if (!responder->start()) {
+      std::fprintf(stderr, "latency_bench: responder: %s\n", std::strerror(errno));
+      return 1;
+    }
+  }
+  const nvmeof::TargetNamespace& ns0 = topts.subsystems[0].namespaces[0];
+  auto run_qp = [&](size_t k, std::chrono::nanoseconds d, Row& row) -> bool {
+    nvmeof::ReactorOptions ro;
+    ro.single_issuer = true;
+    auto reactor = nvmeof::Reactor::create(ro);
+    if (!reactor) return false;
+    std::unique_ptr<nvmeof::ControlPlane> cp;
+    std::shared_ptr<nvmeof::Controller> ctrl;
+    std::unique_ptr<nvmeof::QueuePair> qp;
+    if (k < targets.size()) {
+      nvmeof::ConnectOptions co;
+      co.subnqn = topts.subsystems[0].nqn;
+      // The control plane's thread (keep-alives) must not share the pinned reactor's CPU.
+      unpin_self();
+      cp = std::make_unique<nvmeof::ControlPlane>();
+      auto c = nvmeof::Controller::connect(*cp, *nvmeof::TransportAddress::parse(targets[k]->port_address(0)), co);
+      pin_self(client_cpu);
+      if (!c) {
+        std::fprintf(stderr, "latency_bench: controller: %s\n", c.error().message().c_str());
+        return false;
+      }
+      ctrl = std::move(*c);
+      auto q = nvmeof::create_io_queue(*ctrl, **reactor, 32);
+      if (!q) {
+        std::fprintf(stderr, "latency_bench: I/O queue: %s\n", q.error().message().c_str());
+        return false;
+      }
+      qp = std::move(*q);
+    } else {
+      nvmeof::tcp::QpConfig cfg;
+      cfg.trsvcid = std::to_string(responder->port());
+      cfg.qid = 1;
+      cfg.depth = 32;
+      cfg.cntlid = 1;
+      cfg.subnqn = "nqn.2024-01.io.nvmeof:least-target";
+      cfg.hostnqn = "nqn.2024-01.io.nvmeof:latency-bench";
+      cfg.in_capsule_data = 8192;
+      auto q = nvmeof::tcp::QueuePair::connect(**reactor, cfg);
+      if (!q) {
+        std::fprintf(stderr, "latency_bench: responder queue: %s\n", q.error().message().c_str());
+        return false;
+      }
+      (*q)->start();
+      qp = std::move(*q);
+    }
+    LatencyHistogram warm;
+    uint64_t warm_cpu = 0;
+    const uint64_t blocks = ns0.size_bytes / ns0.block_size;
+    if (!qp_read_loop(**reactor, *qp, ns0.nsid, ns0.block_size, blocks, std::chrono::milliseconds(50), warm, warm_cpu))
+      return false;
+    const uint64_t own0 = row.cpu_ns, pcpu0 = process_cpu_ns();
+    const bool ok = qp_read_loop(**reactor, *qp, ns0.nsid, ns0.block_size, blocks, d, row.h, row.cpu_ns);
+    const uint64_t own = row.cpu_ns - own0, all = process_cpu_ns() - pcpu0;
+    row.peer_cpu_ns += all > own ? all - own : 0;
+    qp.reset();  // on the reactor's thread, before the reactor
+    return ok;
+  };
+
   const auto slice = std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9 / rounds));
   int rc = 0;
   // Alternating rounds, so that drift of a shared machine hits every row alike.
@@ -638,6 +872,8 @@ int main(int argc, char** argv) {
       if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
     for (size_t i = 0; i < nrows && rc == 0; ++i)
       if (!run_volume(i, 1, slice, qd1[i])) rc = 1;
+    for (size_t k = 0; k < qprows.size() && rc == 0; ++k)
+      if (!run_qp(k, slice, qprows[k])) rc = 1;
     if (depth > 1)
       for (size_t i = 0; i < nrows && rc == 0; ++i)
         if (!run_volume(i, depth, slice, qdn[i])) rc = 1;
@@ -679,10 +915,20 @@ int main(int argc, char** argv) {
     jq[r.name] = x;
   }
   for (const Row& r : qdn) jn[r.name] = row_json(r, seconds);
+  nlohmann::json jqp = nlohmann::json::object();
+  for (const Row& r : qprows) {
+    nlohmann::json x = row_json(r, seconds);
+    const Row& least = qprows.back();
+    x["ratio_p50_to_least_target"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(least.h.percentile(50)));
+    x["ratio_mean_to_least_target"] = ratio(r.h.mean(), least.h.mean());
+    x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));
+    jqp[r.name] = x;
+  }
   const nlohmann::json j = {{"config", {{"seconds", seconds}, {"rounds", rounds}, {"client_cpu", client_cpu},
                                         {"server_cpu", server_cpu}, {"target_poll", target_polls}}},
                             {"qd1_read_4k", jq},
                             {"randread_4k_qd", {{"iodepth", depth}, {"reactors", 1}, {"modes", jn}}},
+                            {"qd1_queue_pair", jqp},
                             {"idle_adaptive_volume",
                              {{"seconds", idle_seconds},
                               {"reactor_cpu_ms_per_s", std::round(idle_reactor_ms_per_s * 1000.0) / 1000.0},
@@ -709,6 +955,15 @@ int main(int argc, char** argv) {
   };
   for (const Floor& f : floors) print_row(f.row);
   for (const Row& r : qd1) print_row(r);
+  for (const Row& r : qprows) print_row(r);
+  if (!qprows.empty()) {
+    const Row& least = qprows.back();
+    for (size_t k = 0; k + 1 < qprows.size(); ++k)
+      std::printf("  the target (%s) over the least target, same queue pair: p50 %.2fx, mean %.2fx\n",
+                  target_polls[k].c_str(),
+                  ratio(static_cast<double>(qprows[k].h.percentile(50)), static_cast<double>(least.h.percentile(50))),
+                  ratio(qprows[k].h.mean(), least.h.mean()));
+  }
   if (depth > 1) std::printf("4 KiB randread QD%u, one reactor\n", depth);
   for (const Row& r : qdn) {
     if (depth <= 1) break;
