@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "../common/verified_workload.hpp"
+#include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -144,6 +145,31 @@ TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[p
   while (process_cpu_ns() - before < 100'000'000 && Reactor::clock_ns() < give_up)
     std::this_thread::sleep_for(10ms);
   CHECK(process_cpu_ns() - before >= 100'000'000);
+}
+
+TEST_CASE("a busy target spins on I/O queues only: an admin queue alone idles at no CPU", "[poll][target]") {
+  // A busy admin queue was a second never-sleeping thread beside the I/O queue's on the
+  // target's CPU; every so often the I/O queue waited out a whole scheduler slice behind it.
+  TargetOptions to;
+  to.poll = TargetPoll::busy;
+  to.ports.assign(1, TargetPort{});
+  to.ports[0].trsvcid = "0";
+  auto t = Target::start(to);
+  REQUIRE(t);
+  TransportAddress a;
+  a.traddr = "127.0.0.1";
+  a.trsvcid = std::to_string((*t)->port_number(0));
+  ControlPlane cp;
+  ConnectOptions co;
+  co.subnqn = to.subsystems[0].nqn;
+  auto ctrl = Controller::connect(cp, a, co);
+  REQUIRE(ctrl);
+  REQUIRE((*ctrl)->keep_alive());  // the admin queue serves commands
+  const uint64_t before = process_cpu_ns();
+  std::this_thread::sleep_for(1000ms);
+  const uint64_t idle = process_cpu_ns() - before;
+  INFO("idle process CPU over 1 s with an admin queue on a busy target: " << idle / 1000 << " us");
+  CHECK(idle < 20'000'000);
 }
 
 TEST_CASE("an adaptive target moves verified data, then idles at no CPU", "[poll][target]") {
