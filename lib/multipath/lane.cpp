@@ -264,6 +264,7 @@ void Lane::free_attempt(Attempt* a) noexcept {
   a->twin = nullptr;
   a->abandoned = false;
   a->hedge_won = false;
+  a->hedge_failed = false;
   a->bounce.reset();
   a->next = free_;
   free_ = a;
@@ -612,7 +613,15 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
   }
   // The hedge is back first.
   if (!t || !st.is_success()) {
-    if (t) t->twin = nullptr;  // the primary carries on alone (and is not hedged again)
+    // Found by the soak run (reads of 50 ms): a hedge sent to a path that refused it left the
+    // primary on its silent path, never hedged again, until that path was failed for its
+    // silence. The primary may be hedged again at its next deadline check, on a path whose
+    // last completion was not an error (hedge() requires one now).
+    if (t) {
+      t->twin = nullptr;
+      t->role = Attempt::Role::plain;
+      t->hedge_failed = true;
+    }
     drop_attempt(a);
     return true;
   }
@@ -642,6 +651,20 @@ bool Lane::other_path_usable(int p) noexcept {
 bool Lane::hedge(Attempt& a) noexcept {
   if (a.role != Attempt::Role::plain || a.io->op != IoOp::read || a.abandoned || a.hedge_won) return false;
   refresh_views();
+  // Like a retry (issue()), a hedge avoids the paths whose last completion was an error while a
+  // usable path without one remains. Found by the soak run: a path failing every command with a
+  // retryable status answers at once and looks idle and fast, so the hedges of reads stuck on a
+  // silent path went to it, failed, and the reads waited for the silent path to be failed.
+  bool clean = false;
+  for (size_t p = 0; p < views_.size(); ++p)
+    clean |= static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0 &&
+             paths_[p]->error_streak == 0;
+  if (clean) {
+    for (size_t p = 0; p < views_.size(); ++p)
+      if (paths_[p]->error_streak > 0) views_[p].use = PathUse::unusable;
+  } else if (a.hedge_failed) {
+    return false;  // a hedge failed already, and every other path is refusing too
+  }
   const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
                             vol_.opts_.round_robin_ios, a.bytes, a.path);
   if (p < 0 || p == a.path) return false;
@@ -850,6 +873,13 @@ int Lane::turn() noexcept {
     ++events;
   }
   const uint64_t now = Reactor::clock_ns();
+  if (g_lane_gap_for_test) [[unlikely]] {
+    const uint64_t cpu = cpu_ns();
+    if (last_turn_ns_ && now - last_turn_ns_ > 5'000'000 && !quiescent())
+      g_lane_gap_for_test(index_, last_turn_ns_, now, cpu - last_turn_cpu_ns_);
+    last_turn_ns_ = now;
+    last_turn_cpu_ns_ = cpu;
+  }
   // Failed pairs are destroyed once every operation on their socket has completed.
   for (size_t i = 0; i < graveyard_.size();) {
     if (graveyard_[i]->state() == QpState::closed && graveyard_[i]->outstanding() == 0) {

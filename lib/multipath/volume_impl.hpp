@@ -104,6 +104,7 @@ struct Attempt {
   Attempt* twin = nullptr;     // the other attempt of a hedged read while both are in flight
   bool abandoned = false;      // its result is not wanted: freed when it completes
   bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
+  bool hedge_failed = false;   // primary: a hedge of it failed; hedged again only on a clean path
   std::unique_ptr<uint8_t[]> bounce;  // hedge: where its data lands
   AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
@@ -284,6 +285,8 @@ class Lane final : public QueuePairListener {
   AttemptList delayed_;        // CRD delay or queue full
   AttemptList orphans_;        // in flight on a queue pair that was closed or replaced
   std::atomic<uint64_t> inflight_total_{0};
+  uint64_t last_turn_ns_ = 0;      // g_lane_gap_for_test only
+  uint64_t last_turn_cpu_ns_ = 0;
 };
 
 /// The volume: its paths, its lanes and its control loop.
