@@ -641,10 +641,25 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
   return true;
 }
 
-bool Lane::other_path_usable(int p) noexcept {
+bool Lane::other_path_usable(int p, uint64_t now, bool& any) noexcept {
   refresh_views();
-  for (size_t q = 0; q < views_.size(); ++q)
-    if (static_cast<int>(q) != p && views_[q].use == PathUse::usable && ana_tier(views_[q].ana) >= 0) return true;
+  any = false;
+  for (size_t q = 0; q < views_.size(); ++q) {
+    if (static_cast<int>(q) == p || views_[q].use != PathUse::usable || ana_tier(views_[q].ana) < 0) continue;
+    any = true;
+    // A path silent past its own deadline too is no better: when every path is silent at once
+    // the cause is likelier shared (this lane or the target not run on a loaded host) than
+    // every path dead, and failing them all would leave no path and cost a reconnect each (the
+    // time fence first, with no live controller to send a CCR through). Found by the soak run:
+    // two healthy paths failed in one turn, silent 66.7 and 70.9 ms. The keep-alive tells a
+    // dead controller from a slow one then, as with a single path.
+    const LanePath& lq = *paths_[q];
+    if (lq.inflight.head) {
+      const uint64_t since = std::max(lq.inflight.head->issue_ns, lq.last_completion_ns);
+      if (now > since && now - since > deadline_ns(lq)) continue;
+    }
+    return true;
+  }
   return false;
 }
 
@@ -743,11 +758,16 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
   f.now_ns = now;
   f.oldest_issue_ns = lp.inflight.head->issue_ns;
   if (now <= f.oldest_issue_ns || now - f.oldest_issue_ns <= deadline_ns(lp)) return;  // the common case
-  f.last_completion_ns = lp.last_completion_ns;
+  bool any_other = false;
+  f.other = other_path_usable(p, now, any_other) ? OtherPath::usable : OtherPath::none;
+  // While every usable path was silent, none of them was judged; once one answers again the
+  // others' silence counts from then, not from before: they answer in turn after a shared
+  // stall, and the first answer must not fail the ones whose answers come right after it.
+  if (f.other == OtherPath::none && any_other) all_silent_ns_ = now;
+  f.last_completion_ns = std::max(lp.last_completion_ns, all_silent_ns_);
   f.last_completed_issue_ns = lp.last_completed_issue_ns;
   f.deadline_ns = deadline_ns(lp);
   f.dead_after_ns = dead_after_ns(lp);
-  f.other = other_path_usable(p) ? OtherPath::usable : OtherPath::none;
   const DeadlineVerdict v = judge_deadline(f);
   char cause[112];
   switch (v) {

@@ -5,6 +5,7 @@
 // read from the volume's own failover timeline.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -260,4 +261,98 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
   if (hedged_refusing) CHECK(hedged_clean);
   target.set_latency(0, 0ms);
   target.fail_commands(1, std::nullopt);
+}
+
+// Found by the soak run: on the loaded machine the lane (or the target) was not run for over
+// 50 ms, and when it ran again it found every path silent past the deadline; each path saw the
+// other as usable and both were failed in one turn (silent 66.7 and 70.9 ms), leaving no
+// controller to send a CCR through, so each waited for the time fence before it reconnected and
+// the reads outside the soak's windows waited hundreds of ms. A path silent past its own
+// deadline no longer counts as the other path that lets a silent one be failed: when every path
+// is silent at once none is failed on a deadline (the keep-alive still judges them). Here both
+// paths answer I/O after 400 ms (a long KATO keeps the keep-alive out of it) with a 50 ms
+// deadline, so each is silent past twice its deadline while the other is too: no path may be
+// failed, and every read completes with its data. Without the fix both paths fail.
+TEST_CASE("paths that are all silent at once are not failed on a deadline", "[hedge][all-silent]") {
+  TargetOptions to;
+  to.ports.clear();
+  for (size_t i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.trsvcid = "0";
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  auto t = Target::start(to);
+  REQUIRE(t);
+  auto& target = **t;
+  VolumeOptions vo;
+  for (size_t i = 0; i < 2; ++i) {
+    TransportAddress a;
+    a.traddr = "127.0.0.1";
+    a.trsvcid = std::to_string(target.port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  vo.connect.kato_ms = 10000;  // the 400 ms latency must not fail a path by keep-alive
+  vo.io_deadline = 50ms;       // silent past 100 ms: failed, were another path answering
+  vo.no_path_timeout = 10s;
+  vo.selector = SelectorKind::round_robin;  // the reads go to both paths at once
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  Volume& vol = **v;
+  constexpr uint32_t kBs = 4096;
+  constexpr int kReads = 8;
+  struct Io {
+    VolumeIo io;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(kBs, 0);
+    std::atomic<bool> fin{false};
+    std::atomic<uint16_t> raw{0};
+    Io(IoOp op, uint64_t lba) {
+      io.op = op;
+      io.slba = lba;
+      io.nlb = 1;
+      io.buf = buf.data();
+      io.user = this;
+      io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+        auto* self = static_cast<Io*>(i.user);
+        self->raw.store(s.raw);
+        self->fin.store(true);
+      };
+    }
+  };
+  auto wait_all = [](std::vector<std::unique_ptr<Io>>& v) {  // bounded
+    const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
+    for (auto& x : v)
+      while (!x->fin.load() && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x->fin.load(); });
+  };
+  std::vector<std::unique_ptr<Io>> writes, reads;
+  for (int i = 0; i < kReads; ++i) {
+    writes.push_back(std::make_unique<Io>(IoOp::write, 100 + i));
+    test::fill_block(writes.back()->buf.data(), kBs, 100 + i, 9);
+    REQUIRE(vol.submit(writes.back()->io) == 0);
+  }
+  REQUIRE(wait_all(writes));
+  for (auto& x : writes) REQUIRE(NvmeStatus{x->raw.load()}.is_success());
+  target.set_latency(0, 400ms);
+  target.set_latency(1, 400ms);
+  for (int i = 0; i < kReads; ++i) {
+    reads.push_back(std::make_unique<Io>(IoOp::read, 100 + i));
+    REQUIRE(vol.submit(reads.back()->io) == 0);
+  }
+  REQUIRE(wait_all(reads));
+  const VolumeStats st = vol.stats();
+  INFO(to_text(st));
+  for (int i = 0; i < kReads; ++i) {
+    CHECK(NvmeStatus{reads[static_cast<size_t>(i)]->raw.load()}.is_success());
+    CHECK(test::block_matches(reads[static_cast<size_t>(i)]->buf.data(), kBs, 100 + i, 9));
+  }
+  CHECK(st.paths.at(0).ios > 0);  // both paths carried reads
+  CHECK(st.paths.at(1).ios > 0);
+  CHECK(st.paths.at(0).failovers == 0);
+  CHECK(st.paths.at(1).failovers == 0);
+  CHECK(st.timeline.empty());
+  CHECK(st.failed == 0);
+  target.set_latency(0, 0ms);
+  target.set_latency(1, 0ms);
 }
