@@ -304,7 +304,9 @@ bool read_schedstat(const char* path, SchedStat& out) {
 // stalls the volume's lane as much. Every 5 ms it also reads the scheduler's statistics of
 // every thread of this process and of the target's process (--target-process) and notes each
 // thread that waited more than 5 ms in all for a CPU while runnable (an episode: consecutive
-// samples in which it waited over a millisecond). Its notes go beside the slow I/Os.
+// samples in which it waited over a millisecond). The kernel accounts a wait when the thread
+// gets a CPU, so one wait of 50 ms shows whole in the sample after it: a note's wait may exceed
+// the span it names. Its notes go beside the slow I/Os.
 class LagWatch {
  public:
   LagWatch() : notes_(8192), sched_notes_(16384) {}
