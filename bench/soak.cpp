@@ -142,6 +142,8 @@ class NoteRing {
 
 NoteRing g_faults(16384);
 NoteRing g_library_log(16384);
+NoteRing g_lane_gaps(8192);
+void lane_gap(int lane, uint64_t from_ns, uint64_t to_ns, uint64_t cpu_ns);
 
 void library_log_sink(int, const char* msg, void*) {
   std::fprintf(stderr, "%s\n", msg);  // soak.sh counts these
@@ -182,8 +184,12 @@ class IoTracer {
     slow_writes_.reserve(kKeep);
     failed_.reserve(kKeep);
     detail::g_io_trace_for_test = &IoTracer::hook;
+    detail::g_lane_gap_for_test = &lane_gap;
   }
-  void stop() { detail::g_io_trace_for_test = nullptr; }
+  void stop() {
+    detail::g_io_trace_for_test = nullptr;
+    detail::g_lane_gap_for_test = nullptr;
+  }
   /// The soak's all-down windows (same rule as the workload: inside when submitted in one, or
   /// one opened or closed since).
   void set_window(bool open) { epoch_.store(epoch_.load() + 1); (void)open; }
@@ -274,15 +280,42 @@ class IoTracer {
   std::array<KindCount, kKinds> kinds_{};
 };
 
+// The scheduler's own account of a thread (/proc/.../schedstat): nanoseconds on a CPU, and
+// nanoseconds runnable but waiting for one.
+struct SchedStat {
+  uint64_t run_ns = 0, wait_ns = 0;
+};
+bool read_schedstat(const char* path, SchedStat& out) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  unsigned long long run = 0, wait = 0;
+  if (std::sscanf(buf, "%llu %llu", &run, &wait) != 2) return false;
+  out = {run, wait};
+  return true;
+}
+
 // A thread of the soak's that asks to wake every millisecond and notes each wake-up more than
 // 10 ms late: the machine did not run this process's threads then (a loaded box), which
-// stalls the volume's lane as much. Its notes go beside the slow I/Os.
+// stalls the volume's lane as much. Every 5 ms it also reads the scheduler's statistics of
+// every thread of this process and of the target's process (--target-process) and notes each
+// thread that waited more than 5 ms in all for a CPU while runnable (an episode: consecutive
+// samples in which it waited over a millisecond). The kernel accounts a wait when the thread
+// gets a CPU, so one wait of 50 ms shows whole in the sample after it: a note's wait may exceed
+// the span it names. Its notes go beside the slow I/Os.
 class LagWatch {
  public:
-  LagWatch() : notes_(8192) {}
+  LagWatch() : notes_(8192), sched_notes_(16384) {}
+  void set_target_pid(pid_t pid) { target_pid_ = pid; }
+  void set_lane_tid(pid_t tid) { lane_tid_.store(tid, std::memory_order_relaxed); }
   void start() {
+    tasks_.reserve(64);
     thread_ = std::thread([this] {
-      uint64_t prev = monotonic_ns();
+      uint64_t prev = monotonic_ns(), next_sched = prev;
       while (!stop_.load(std::memory_order_relaxed)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         const uint64_t now = monotonic_ns();
@@ -293,6 +326,11 @@ class LagWatch {
           longest_ = std::max(longest_.load(), late);
         }
         prev = now;
+        if (now >= next_sched) {
+          next_sched = now + 5'000'000;
+          sample_tasks(::getpid(), "host", now);
+          if (target_pid_ > 0) sample_tasks(target_pid_, "target", now);
+        }
       }
     });
   }
@@ -302,16 +340,99 @@ class LagWatch {
   }
   ~LagWatch() { stop(); }
   const NoteRing& notes() const { return notes_; }
+  const NoteRing& sched_notes() const { return sched_notes_; }
   uint64_t count() const { return count_.load(); }
   uint64_t longest_ns() const { return longest_.load(); }
+  uint64_t waits(bool target) const { return waits_[target].load(); }
+  uint64_t longest_wait_ns(bool target) const { return longest_wait_[target].load(); }
 
  private:
-  NoteRing notes_;
+  struct Task {
+    pid_t pid = 0, tid = 0;
+    SchedStat last;
+    uint64_t seen_ns = 0;
+    uint64_t episode_from = 0, episode_wait = 0, episode_last = 0;
+  };
+  Task* task(pid_t pid, pid_t tid) {
+    for (Task& t : tasks_)
+      if (t.pid == pid && t.tid == tid) return &t;
+    for (Task& t : tasks_)  // a slot of a thread gone
+      if (t.tid == 0) {
+        t = Task{};
+        t.pid = pid;
+        t.tid = tid;
+        return &t;
+      }
+    if (tasks_.size() < tasks_.capacity()) {
+      Task& t = tasks_.emplace_back();
+      t.pid = pid;
+      t.tid = tid;
+      return &t;
+    }
+    return nullptr;
+  }
+  void close_episode(Task& t, const char* who) {
+    if (t.episode_wait > 5'000'000) {
+      const bool target = std::strcmp(who, "target") == 0;
+      const bool lane = !target && t.tid == lane_tid_.load(std::memory_order_relaxed);
+      sched_notes_.add(t.episode_from, "%s thread %d%s waited %.1f ms for a CPU over %.1f ms", who, t.tid,
+                       lane ? " (the lane)" : "", ms_of(t.episode_wait), ms_of(t.episode_last - t.episode_from));
+      ++waits_[target];
+      longest_wait_[target] = std::max(longest_wait_[target].load(), t.episode_wait);
+    }
+    t.episode_from = t.episode_wait = 0;
+  }
+  void sample_tasks(pid_t pid, const char* who, uint64_t now) {
+    char path[96];
+    std::snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR* d = ::opendir(path);
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const pid_t tid = std::atoi(e->d_name);
+      std::snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
+      SchedStat st;
+      if (!read_schedstat(path, st)) continue;
+      Task* t = task(pid, tid);
+      if (!t) continue;
+      if (t->seen_ns) {
+        const uint64_t waited = st.wait_ns - t->last.wait_ns;
+        if (waited > 1'000'000) {
+          if (!t->episode_from) t->episode_from = t->seen_ns;
+          t->episode_wait += waited;
+          t->episode_last = now;
+        } else if (t->episode_from) {
+          close_episode(*t, who);
+        }
+      }
+      t->last = st;
+      t->seen_ns = now;
+    }
+    ::closedir(d);
+    for (Task& t : tasks_)  // threads that ended
+      if (t.pid == pid && t.tid && t.seen_ns != now) {
+        close_episode(t, who);
+        t.tid = 0;
+      }
+  }
+
+  NoteRing notes_, sched_notes_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> count_{0}, longest_{0};
+  std::atomic<uint64_t> waits_[2]{}, longest_wait_[2]{};
+  std::atomic<pid_t> lane_tid_{0};
+  pid_t target_pid_ = -1;
+  std::vector<Task> tasks_;  // the watch thread only
 };
 LagWatch g_lag;
+
+// The lanes' turns more than 5 ms apart (g_lane_gap_for_test), on the lane's thread.
+void lane_gap(int lane, uint64_t from_ns, uint64_t to_ns, uint64_t cpu_ns) {
+  g_lag.set_lane_tid(::gettid());
+  g_lane_gaps.add(from_ns, "lane %d did not turn for %.1f ms (its thread used %.1f ms of CPU meanwhile)", lane,
+                  ms_of(to_ns - from_ns), ms_of(cpu_ns));
+}
 
 const char* to_string(detail::IoTraceEvent e) {
   switch (e) {
@@ -350,6 +471,10 @@ void print_history(const IoTracer::History& h, uint64_t origin_ns) {
     std::printf("      log   %+.1f: %s\n", rel(n.ns), n.text);
   for (const Note& n : g_lag.notes().between(h.start_ns > 100'000'000 ? h.start_ns - 100'000'000 : 0, h.end_ns))
     std::printf("      lag   %+.1f: %s\n", rel(n.ns), n.text);
+  for (const Note& n : g_lag.sched_notes().between(h.start_ns > 100'000'000 ? h.start_ns - 100'000'000 : 0, h.end_ns))
+    std::printf("      cpu   %+.1f: %s\n", rel(n.ns), n.text);
+  for (const Note& n : g_lane_gaps.between(h.start_ns > 100'000'000 ? h.start_ns - 100'000'000 : 0, h.end_ns))
+    std::printf("      lane  %+.1f: %s\n", rel(n.ns), n.text);
 }
 
 bool usable(const PathStats& p) {
@@ -573,6 +698,7 @@ class ExternalTarget {
   }
   const std::string& control() const { return control_; }
   const std::string& address(size_t i) const { return addresses_[i]; }
+  pid_t pid() const { return pid_; }
   uint64_t rss_kib() const { return pid_ > 0 ? ::rss_kib("/proc/" + std::to_string(pid_) + "/status") : 0; }
 
  private:
@@ -776,6 +902,7 @@ int main(int argc, char** argv) {
       work.set_stall_bins(t0, kSampleNs, static_cast<size_t>((end - t0) / kSampleNs) + 2);
       work.start(Phase::timed);
       IoTracer::instance().set_timed(true);
+      g_lag.set_target_pid(external.pid());
       g_lag.start();
       work.mark_fault(t0);  // the longest completion gap over the whole run
       uint64_t next_sample = t0 + kSampleNs;
@@ -923,7 +1050,7 @@ int main(int argc, char** argv) {
     if (!failed_ios.empty()) std::printf("failed I/Os (the first %zu):\n", failed_ios.size());
     for (size_t i = 0; i < failed_ios.size() && i < 4; ++i) print_history(failed_ios[i], origin);
     const auto reads = tr.slowest(IoOp::read);
-    std::printf("slowest reads outside the windows (%llu over %u ms; the slowest of up to 8 episodes):\n",
+    std::printf("slowest reads outside the windows (%llu over %u ms; the slowest of up to 16 episodes):\n",
                 static_cast<unsigned long long>(tr.slow_outside(IoOp::read)), stall_ms);
     const auto kinds = tr.kinds();
     for (size_t k = 0; k < IoTracer::kKinds; ++k)
@@ -932,6 +1059,10 @@ int main(int argc, char** argv) {
                     ms_of(kinds[k].max_ns));
     std::printf("  the soak's threads were not run for over 10 ms %llu times, longest %.1f ms (the machine's load)\n",
                 static_cast<unsigned long long>(g_lag.count()), ms_of(g_lag.longest_ns()));
+    std::printf("  threads runnable but waiting for a CPU over 5 ms in an episode: host %llu times (longest %.1f ms), "
+                "target %llu times (longest %.1f ms)\n",
+                static_cast<unsigned long long>(g_lag.waits(false)), ms_of(g_lag.longest_wait_ns(false)),
+                static_cast<unsigned long long>(g_lag.waits(true)), ms_of(g_lag.longest_wait_ns(true)));
     // One history per episode: I/Os that started within 5 ms of one already shown went through the same.
     auto print_distinct = [&](const std::vector<IoTracer::History>& v, size_t max) {
       std::vector<uint64_t> shown;
@@ -945,7 +1076,7 @@ int main(int argc, char** argv) {
         print_history(h, origin);
       }
     };
-    print_distinct(reads, 8);
+    print_distinct(reads, 16);
     const auto writes = tr.slowest(IoOp::write);
     std::printf("slowest writes outside the windows (%llu over %u ms; the slowest of up to 3 episodes):\n",
                 static_cast<unsigned long long>(tr.slow_outside(IoOp::write)), stall_ms);

@@ -24,5 +24,10 @@ enum class IoTraceEvent : uint8_t {
 /// abandoned hedge's steps are not reported, its I/O may be gone). Set before Volume::open,
 /// cleared after it closes; one null test per step when unset.
 inline void (*g_io_trace_for_test)(const VolumeIo& io, IoTraceEvent ev, int path, uint16_t status) = nullptr;
+/// When set, called on a lane's thread when its turns were more than 5 ms apart while it had
+/// work (the lane did not look at its paths from `from_ns` to `to_ns`), with the CPU time its
+/// thread used meanwhile: little CPU means the thread was not run (or slept), much means a turn
+/// itself took that long. Same rules as g_io_trace_for_test.
+inline void (*g_lane_gap_for_test)(int lane, uint64_t from_ns, uint64_t to_ns, uint64_t cpu_ns) = nullptr;
 
 }  // namespace nvmeof::detail

@@ -264,6 +264,7 @@ void Lane::free_attempt(Attempt* a) noexcept {
   a->twin = nullptr;
   a->abandoned = false;
   a->hedge_won = false;
+  a->hedge_failed = false;
   a->bounce.reset();
   a->next = free_;
   free_ = a;
@@ -612,7 +613,15 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
   }
   // The hedge is back first.
   if (!t || !st.is_success()) {
-    if (t) t->twin = nullptr;  // the primary carries on alone (and is not hedged again)
+    // Found by the soak run (reads of 50 ms): a hedge sent to a path that refused it left the
+    // primary on its silent path, never hedged again, until that path was failed for its
+    // silence. The primary may be hedged again at its next deadline check, on a path whose
+    // last completion was not an error (hedge() requires one now).
+    if (t) {
+      t->twin = nullptr;
+      t->role = Attempt::Role::plain;
+      t->hedge_failed = true;
+    }
     drop_attempt(a);
     return true;
   }
@@ -632,16 +641,45 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
   return true;
 }
 
-bool Lane::other_path_usable(int p) noexcept {
+bool Lane::other_path_usable(int p, uint64_t now, bool& any) noexcept {
   refresh_views();
-  for (size_t q = 0; q < views_.size(); ++q)
-    if (static_cast<int>(q) != p && views_[q].use == PathUse::usable && ana_tier(views_[q].ana) >= 0) return true;
+  any = false;
+  for (size_t q = 0; q < views_.size(); ++q) {
+    if (static_cast<int>(q) == p || views_[q].use != PathUse::usable || ana_tier(views_[q].ana) < 0) continue;
+    any = true;
+    // A path silent past its own deadline too is no better: when every path is silent at once
+    // the cause is likelier shared (this lane or the target not run on a loaded host) than
+    // every path dead, and failing them all would leave no path and cost a reconnect each (the
+    // time fence first, with no live controller to send a CCR through). Found by the soak run:
+    // two healthy paths failed in one turn, silent 66.7 and 70.9 ms. The keep-alive tells a
+    // dead controller from a slow one then, as with a single path.
+    const LanePath& lq = *paths_[q];
+    if (lq.inflight.head) {
+      const uint64_t since = std::max(lq.inflight.head->issue_ns, lq.last_completion_ns);
+      if (now > since && now - since > deadline_ns(lq)) continue;
+    }
+    return true;
+  }
   return false;
 }
 
 bool Lane::hedge(Attempt& a) noexcept {
   if (a.role != Attempt::Role::plain || a.io->op != IoOp::read || a.abandoned || a.hedge_won) return false;
   refresh_views();
+  // Like a retry (issue()), a hedge avoids the paths whose last completion was an error while a
+  // usable path without one remains. Found by the soak run: a path failing every command with a
+  // retryable status answers at once and looks idle and fast, so the hedges of reads stuck on a
+  // silent path went to it, failed, and the reads waited for the silent path to be failed.
+  bool clean = false;
+  for (size_t p = 0; p < views_.size(); ++p)
+    clean |= static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0 &&
+             paths_[p]->error_streak == 0;
+  if (clean) {
+    for (size_t p = 0; p < views_.size(); ++p)
+      if (paths_[p]->error_streak > 0) views_[p].use = PathUse::unusable;
+  } else if (a.hedge_failed) {
+    return false;  // a hedge failed already, and every other path is refusing too
+  }
   const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
                             vol_.opts_.round_robin_ios, a.bytes, a.path);
   if (p < 0 || p == a.path) return false;
@@ -720,11 +758,16 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
   f.now_ns = now;
   f.oldest_issue_ns = lp.inflight.head->issue_ns;
   if (now <= f.oldest_issue_ns || now - f.oldest_issue_ns <= deadline_ns(lp)) return;  // the common case
-  f.last_completion_ns = lp.last_completion_ns;
+  bool any_other = false;
+  f.other = other_path_usable(p, now, any_other) ? OtherPath::usable : OtherPath::none;
+  // While every usable path was silent, none of them was judged; once one answers again the
+  // others' silence counts from then, not from before: they answer in turn after a shared
+  // stall, and the first answer must not fail the ones whose answers come right after it.
+  if (f.other == OtherPath::none && any_other) all_silent_ns_ = now;
+  f.last_completion_ns = std::max(lp.last_completion_ns, all_silent_ns_);
   f.last_completed_issue_ns = lp.last_completed_issue_ns;
   f.deadline_ns = deadline_ns(lp);
   f.dead_after_ns = dead_after_ns(lp);
-  f.other = other_path_usable(p) ? OtherPath::usable : OtherPath::none;
   const DeadlineVerdict v = judge_deadline(f);
   char cause[112];
   switch (v) {
@@ -850,6 +893,13 @@ int Lane::turn() noexcept {
     ++events;
   }
   const uint64_t now = Reactor::clock_ns();
+  if (g_lane_gap_for_test) [[unlikely]] {
+    const uint64_t cpu = cpu_ns();
+    if (last_turn_ns_ && now - last_turn_ns_ > 5'000'000 && !quiescent())
+      g_lane_gap_for_test(index_, last_turn_ns_, now, cpu - last_turn_cpu_ns_);
+    last_turn_ns_ = now;
+    last_turn_cpu_ns_ = cpu;
+  }
   // Failed pairs are destroyed once every operation on their socket has completed.
   for (size_t i = 0; i < graveyard_.size();) {
     if (graveyard_[i]->state() == QpState::closed && graveyard_[i]->outstanding() == 0) {

@@ -104,6 +104,7 @@ struct Attempt {
   Attempt* twin = nullptr;     // the other attempt of a hedged read while both are in flight
   bool abandoned = false;      // its result is not wanted: freed when it completes
   bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
+  bool hedge_failed = false;   // primary: a hedge of it failed; hedged again only on a clean path
   std::unique_ptr<uint8_t[]> bounce;  // hedge: where its data lands
   AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
@@ -245,7 +246,9 @@ class Lane final : public QueuePairListener {
   void drop_attempt(Attempt& a) noexcept;
   /// A hedged pair's completion: true when it was handled (the caller returns).
   bool settle_hedge(Attempt& a, NvmeStatus st) noexcept;
-  bool other_path_usable(int p) noexcept;
+  /// Another path is usable and not itself silent past its deadline (check_deadline); `any`:
+  /// another path is usable at all.
+  bool other_path_usable(int p, uint64_t now, bool& any) noexcept;
   uint64_t dead_after_ns(const LanePath& lp) const noexcept;
   void orphan_inflight(LanePath& lp) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
@@ -284,6 +287,9 @@ class Lane final : public QueuePairListener {
   AttemptList delayed_;        // CRD delay or queue full
   AttemptList orphans_;        // in flight on a queue pair that was closed or replaced
   std::atomic<uint64_t> inflight_total_{0};
+  uint64_t all_silent_ns_ = 0;     // the last turn in which every usable path was silent
+  uint64_t last_turn_ns_ = 0;      // g_lane_gap_for_test only
+  uint64_t last_turn_cpu_ns_ = 0;
 };
 
 /// The volume: its paths, its lanes and its control loop.

@@ -5,11 +5,18 @@
 // read from the volume's own failover timeline.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "../common/verified_workload.hpp"
+#include "multipath/io_trace.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -137,4 +144,215 @@ TEST_CASE("a single slow path is never failed on a deadline", "[hedge]") {
   CHECK(end.timeline.empty());
   CHECK(w.errors() == 0);
   CHECK(w.mismatches() == 0);
+}
+
+// Found by the soak run (reads of 50 ms outside its all-down windows): a read stuck on a silent
+// path was hedged on a path that refused every command with a retryable status (it answers at
+// once, so it looks idle and fast, and here it is also in the better ANA tier), the hedge
+// failed, and the read was never hedged again: it waited until the silent path was failed for
+// its silence. A hedge now avoids the paths whose last completion was an error while a clean
+// one is usable, and a primary whose hedge failed is hedged again on a clean path. Path 0 is
+// silent for I/O (2 s latency; a long KATO keeps its keep-alive from failing it), path 1 refuses
+// (Internal Error), path 2 is clean but non-optimized: whichever of 0 and 1 the read meets
+// first, it must be hedged on path 2. Without the fix no hedge ever goes to path 2 (the read
+// reaches it only as a plain retry, once path 0 has been failed).
+namespace rehedge {
+std::mutex mu;
+const VolumeIo* io = nullptr;
+std::vector<std::pair<detail::IoTraceEvent, int>> steps;
+void hook(const VolumeIo& i, detail::IoTraceEvent ev, int path, uint16_t) {
+  std::lock_guard lock(mu);
+  if (&i == io) steps.emplace_back(ev, path);
+}
+}  // namespace rehedge
+
+TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one that refuses every command",
+          "[hedge][rehedge]") {
+  struct Hook {
+    Hook() { detail::g_io_trace_for_test = &rehedge::hook; }
+    ~Hook() { detail::g_io_trace_for_test = nullptr; }
+  } hook;
+  TargetOptions to;
+  to.ports.clear();
+  for (size_t i = 0; i < 3; ++i) {
+    TargetPort p;
+    p.trsvcid = "0";
+    p.ana_state = i == 2 ? AnaState::non_optimized : AnaState::optimized;
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  auto t = Target::start(to);
+  REQUIRE(t);
+  auto& target = **t;
+  VolumeOptions vo;
+  for (size_t i = 0; i < 3; ++i) {
+    TransportAddress a;
+    a.traddr = "127.0.0.1";
+    a.trsvcid = std::to_string(target.port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  vo.connect.kato_ms = 10000;     // the 2 s latency must not fail path 0 by keep-alive
+  vo.io_deadline = 100ms;         // hedge at 100 ms, fail a silent path at 200 ms
+  vo.no_path_timeout = 10s;
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  Volume& vol = **v;
+  constexpr uint32_t kBs = 4096;
+  constexpr uint64_t kLba = 7;
+  std::vector<uint8_t> w(kBs), r(kBs, 0);
+  test::fill_block(w.data(), kBs, kLba, 5);
+  struct Io {
+    VolumeIo io;
+    std::atomic<bool> fin{false};
+    std::atomic<uint16_t> raw{0};
+    Io(IoOp op, void* buf, uint64_t lba) {
+      io.op = op;
+      io.slba = lba;
+      io.nlb = 1;
+      io.buf = buf;
+      io.user = this;
+      io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+        auto* self = static_cast<Io*>(i.user);
+        self->raw.store(s.raw);
+        self->fin.store(true);
+      };
+    }
+    bool wait() {  // bounded: a read the volume never finishes fails the test, it does not hang it
+      const uint64_t give_up = Reactor::clock_ns() + 10'000'000'000ull;
+      while (!fin.load() && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+      return fin.load();
+    }
+  };
+  Io wr(IoOp::write, w.data(), kLba);
+  REQUIRE(vol.submit(wr.io) == 0);
+  REQUIRE(wr.wait());
+  REQUIRE(NvmeStatus{wr.raw.load()}.is_success());
+  target.fail_commands(1, status::kInternalError);
+  target.set_latency(0, 2s);
+
+  Io rd(IoOp::read, r.data(), kLba);
+  {
+    std::lock_guard lock(rehedge::mu);
+    rehedge::io = &rd.io;
+    rehedge::steps.clear();
+  }
+  REQUIRE(vol.submit(rd.io) == 0);
+  REQUIRE(rd.wait());
+  std::vector<std::pair<detail::IoTraceEvent, int>> steps;
+  {
+    std::lock_guard lock(rehedge::mu);
+    rehedge::io = nullptr;
+    steps = rehedge::steps;
+  }
+  std::string story;
+  bool hedged_clean = false, hedged_refusing = false;
+  for (const auto& [ev, path] : steps) {
+    story += " " + std::to_string(static_cast<int>(ev)) + "@p" + std::to_string(path);
+    hedged_clean |= ev == detail::IoTraceEvent::hedge && path == 2;
+    hedged_refusing |= ev == detail::IoTraceEvent::hedge && path == 1;
+  }
+  INFO("steps (event@path; 0 launch, 1 issue, 2 hedge, 3 complete, 6 delayed, 7 orphaned, 8 finish):" << story);
+  INFO(to_text(vol.stats()));
+  CHECK(NvmeStatus{rd.raw.load()}.is_success());
+  CHECK(test::block_matches(r.data(), kBs, kLba, 5));
+  CHECK(hedged_clean);
+  // A hedge of it may have gone to the refusing path only before that path had refused anything.
+  if (hedged_refusing) CHECK(hedged_clean);
+  target.set_latency(0, 0ms);
+  target.fail_commands(1, std::nullopt);
+}
+
+// Found by the soak run: on the loaded machine the lane (or the target) was not run for over
+// 50 ms, and when it ran again it found every path silent past the deadline; each path saw the
+// other as usable and both were failed in one turn (silent 66.7 and 70.9 ms), leaving no
+// controller to send a CCR through, so each waited for the time fence before it reconnected and
+// the reads outside the soak's windows waited hundreds of ms. A path silent past its own
+// deadline no longer counts as the other path that lets a silent one be failed: when every path
+// is silent at once none is failed on a deadline (the keep-alive still judges them). Here both
+// paths answer I/O after 400 ms (a long KATO keeps the keep-alive out of it) with a 50 ms
+// deadline, so each is silent past twice its deadline while the other is too: no path may be
+// failed, and every read completes with its data. Without the fix both paths fail.
+TEST_CASE("paths that are all silent at once are not failed on a deadline", "[hedge][all-silent]") {
+  TargetOptions to;
+  to.ports.clear();
+  for (size_t i = 0; i < 2; ++i) {
+    TargetPort p;
+    p.trsvcid = "0";
+    to.ports.push_back(p);
+  }
+  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  auto t = Target::start(to);
+  REQUIRE(t);
+  auto& target = **t;
+  VolumeOptions vo;
+  for (size_t i = 0; i < 2; ++i) {
+    TransportAddress a;
+    a.traddr = "127.0.0.1";
+    a.trsvcid = std::to_string(target.port_number(i));
+    vo.paths.push_back(a);
+  }
+  vo.connect.subnqn = to.subsystems[0].nqn;
+  vo.connect.kato_ms = 10000;  // the 400 ms latency must not fail a path by keep-alive
+  vo.io_deadline = 50ms;       // silent past 100 ms: failed, were another path answering
+  vo.no_path_timeout = 10s;
+  vo.selector = SelectorKind::round_robin;  // the reads go to both paths at once
+  auto v = Volume::open(vo);
+  REQUIRE(v);
+  Volume& vol = **v;
+  constexpr uint32_t kBs = 4096;
+  constexpr int kReads = 8;
+  struct Io {
+    VolumeIo io;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(kBs, 0);
+    std::atomic<bool> fin{false};
+    std::atomic<uint16_t> raw{0};
+    Io(IoOp op, uint64_t lba) {
+      io.op = op;
+      io.slba = lba;
+      io.nlb = 1;
+      io.buf = buf.data();
+      io.user = this;
+      io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
+        auto* self = static_cast<Io*>(i.user);
+        self->raw.store(s.raw);
+        self->fin.store(true);
+      };
+    }
+  };
+  auto wait_all = [](std::vector<std::unique_ptr<Io>>& v) {  // bounded
+    const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
+    for (auto& x : v)
+      while (!x->fin.load() && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x->fin.load(); });
+  };
+  std::vector<std::unique_ptr<Io>> writes, reads;
+  for (int i = 0; i < kReads; ++i) {
+    writes.push_back(std::make_unique<Io>(IoOp::write, 100 + i));
+    test::fill_block(writes.back()->buf.data(), kBs, 100 + i, 9);
+    REQUIRE(vol.submit(writes.back()->io) == 0);
+  }
+  REQUIRE(wait_all(writes));
+  for (auto& x : writes) REQUIRE(NvmeStatus{x->raw.load()}.is_success());
+  target.set_latency(0, 400ms);
+  target.set_latency(1, 400ms);
+  for (int i = 0; i < kReads; ++i) {
+    reads.push_back(std::make_unique<Io>(IoOp::read, 100 + i));
+    REQUIRE(vol.submit(reads.back()->io) == 0);
+  }
+  REQUIRE(wait_all(reads));
+  const VolumeStats st = vol.stats();
+  INFO(to_text(st));
+  for (int i = 0; i < kReads; ++i) {
+    CHECK(NvmeStatus{reads[static_cast<size_t>(i)]->raw.load()}.is_success());
+    CHECK(test::block_matches(reads[static_cast<size_t>(i)]->buf.data(), kBs, 100 + i, 9));
+  }
+  CHECK(st.paths.at(0).ios > 0);  // both paths carried reads
+  CHECK(st.paths.at(1).ios > 0);
+  CHECK(st.paths.at(0).failovers == 0);
+  CHECK(st.paths.at(1).failovers == 0);
+  CHECK(st.timeline.empty());
+  CHECK(st.failed == 0);
+  target.set_latency(0, 0ms);
+  target.set_latency(1, 0ms);
 }
