@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,8 +30,11 @@ struct Rig {
   std::unique_ptr<Target> target;
   std::unique_ptr<Volume> vol;
 
-  // The derived per-command deadline (15 to 25 ms): the one these tests are about.
-  explicit Rig(size_t nports, SelectorKind sel = SelectorKind::round_robin) {
+  // The derived per-command deadline (15 to 25 ms): the one these tests are about, unless
+  // `tweak_volume` sets one. `tweak_target` sees the ports before the target starts.
+  explicit Rig(size_t nports, SelectorKind sel = SelectorKind::round_robin,
+               const std::function<void(TargetOptions&)>& tweak_target = {},
+               const std::function<void(VolumeOptions&)>& tweak_volume = {}) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -39,6 +43,7 @@ struct Rig {
       to.ports.push_back(p);
     }
     to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+    if (tweak_target) tweak_target(to);
     auto t = Target::start(to);
     REQUIRE(t);
     target = std::move(*t);
@@ -53,6 +58,7 @@ struct Rig {
     vo.connect.io_queue_depth = 64;
     vo.selector = sel;
     vo.no_path_timeout = 10s;
+    if (tweak_volume) tweak_volume(vo);
     auto v = Volume::open(vo);
     REQUIRE(v);
     vol = std::move(*v);
@@ -172,32 +178,14 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
     Hook() { detail::g_io_trace_for_test = &rehedge::hook; }
     ~Hook() { detail::g_io_trace_for_test = nullptr; }
   } hook;
-  TargetOptions to;
-  to.ports.clear();
-  for (size_t i = 0; i < 3; ++i) {
-    TargetPort p;
-    p.trsvcid = "0";
-    p.ana_state = i == 2 ? AnaState::non_optimized : AnaState::optimized;
-    to.ports.push_back(p);
-  }
-  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  auto t = Target::start(to);
-  REQUIRE(t);
-  auto& target = **t;
-  VolumeOptions vo;
-  for (size_t i = 0; i < 3; ++i) {
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target.port_number(i));
-    vo.paths.push_back(a);
-  }
-  vo.connect.subnqn = to.subsystems[0].nqn;
-  vo.connect.kato_ms = 10000;     // the 2 s latency must not fail path 0 by keep-alive
-  vo.io_deadline = 100ms;         // hedge at 100 ms, fail a silent path at 200 ms
-  vo.no_path_timeout = 10s;
-  auto v = Volume::open(vo);
-  REQUIRE(v);
-  Volume& vol = **v;
+  Rig rig(3, VolumeOptions{}.selector, [](TargetOptions& to) {
+    to.ports[2].ana_state = AnaState::non_optimized;
+  }, [](VolumeOptions& vo) {
+    vo.connect.kato_ms = 10000;     // the 2 s latency must not fail path 0 by keep-alive
+    vo.io_deadline = 100ms;         // hedge at 100 ms, fail a silent path at 200 ms
+  });
+  Target& target = *rig.target;
+  Volume& vol = *rig.vol;
   constexpr uint32_t kBs = 4096;
   constexpr uint64_t kLba = 7;
   std::vector<uint8_t> w(kBs), r(kBs, 0);
@@ -274,32 +262,12 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
 // deadline, so each is silent past twice its deadline while the other is too: no path may be
 // failed, and every read completes with its data. Without the fix both paths fail.
 TEST_CASE("paths that are all silent at once are not failed on a deadline", "[hedge][all-silent]") {
-  TargetOptions to;
-  to.ports.clear();
-  for (size_t i = 0; i < 2; ++i) {
-    TargetPort p;
-    p.trsvcid = "0";
-    to.ports.push_back(p);
-  }
-  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  auto t = Target::start(to);
-  REQUIRE(t);
-  auto& target = **t;
-  VolumeOptions vo;
-  for (size_t i = 0; i < 2; ++i) {
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target.port_number(i));
-    vo.paths.push_back(a);
-  }
-  vo.connect.subnqn = to.subsystems[0].nqn;
-  vo.connect.kato_ms = 10000;  // the 400 ms latency must not fail a path by keep-alive
-  vo.io_deadline = 50ms;       // silent past 100 ms: failed, were another path answering
-  vo.no_path_timeout = 10s;
-  vo.selector = SelectorKind::round_robin;  // the reads go to both paths at once
-  auto v = Volume::open(vo);
-  REQUIRE(v);
-  Volume& vol = **v;
+  Rig rig(2, SelectorKind::round_robin, {}, [](VolumeOptions& vo) {  // the reads go to both paths at once
+    vo.connect.kato_ms = 10000;  // the 400 ms latency must not fail a path by keep-alive
+    vo.io_deadline = 50ms;       // silent past 100 ms: failed, were another path answering
+  });
+  Target& target = *rig.target;
+  Volume& vol = *rig.vol;
   constexpr uint32_t kBs = 4096;
   constexpr int kReads = 8;
   struct Io {
