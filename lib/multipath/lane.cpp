@@ -115,6 +115,11 @@ Result<void> Lane::start() {
     // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
     const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
     ro.single_issuer = vol_.opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
+    // A busy lane's TCP queue pairs read and write their sockets with non-blocking system calls
+    // each turn (what the polling floor does); NVMEOF_BUSY_SOCKET=ring keeps them on the ring
+    // (to compare the two).
+    const char* bs = std::getenv("NVMEOF_BUSY_SOCKET");
+    ro.busy_poll = vol_.opts_.poll == PollMode::busy && !(bs && std::string_view(bs) == "ring");
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());

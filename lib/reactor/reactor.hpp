@@ -65,6 +65,11 @@ struct ReactorOptions {
   /// without big_entries; when the kernel refuses, the reactor comes up without
   /// (single_issuer() tells).
   bool single_issuer = false;
+  /// The owner calls poll() without end (PollMode::busy): a transport may then poll its sockets
+  /// with non-blocking system calls on every turn instead of arming ring operations on them
+  /// (busy_poll() tells), so poll() never waits in the ring: it runs one turn and returns,
+  /// whatever its max_wait.
+  bool busy_poll = false;
 };
 
 class Reactor {
@@ -90,6 +95,8 @@ class Reactor {
   /// True when the ring runs completion work only on its owner's entries
   /// (ReactorOptions::single_issuer taken by the kernel).
   bool single_issuer() const noexcept;
+  /// ReactorOptions::busy_poll as created.
+  bool busy_poll() const noexcept { return busy_poll_; }
   /// Registers `fd` in the ring's file table (created sparse on first use) and returns its
   /// index for IOSQE_FIXED_FILE. Owning thread (or before the reactor runs). Errors: errno codes
   /// from io_uring_register (ENFILE when the table is full).
@@ -108,7 +115,8 @@ class Reactor {
   /// One loop turn: reaps completions (dispatching each to its IoHandler), runs expired timers,
   /// drains posted functions, runs pollers, then submits queued SQEs in one system call. When
   /// that turn did nothing it blocks up to `max_wait` (bounded by the nearest timer, cut short by
-  /// a completion or wake()) and runs one more turn. 0 never blocks. Returns events handled.
+  /// a completion or wake()) and runs one more turn. 0 never blocks, nor does a busy_poll
+  /// reactor. Returns events handled.
   int poll(std::chrono::microseconds max_wait = std::chrono::microseconds{0}) noexcept;
 
   /// Runs poll() until `done()` is true or `timeout` passes. Returns false on timeout.
@@ -144,6 +152,7 @@ class Reactor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   uint64_t now_ns_ = 0;
+  bool busy_poll_ = false;
 };
 
 }  // namespace nvmeof

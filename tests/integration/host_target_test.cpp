@@ -55,6 +55,12 @@ struct Env {
     reactor = Reactor::create().value();
   }
 
+  void busy_reactor() {
+    ReactorOptions o;
+    o.busy_poll = true;
+    reactor = Reactor::create(o).value();
+  }
+
   ConnectOptions options(Digest d = Digest::none) const {
     ConnectOptions o;
     o.subnqn = kNqn;
@@ -149,6 +155,10 @@ TEST_CASE("connect and identify report what the target was configured with") {
 
 TEST_CASE("writes read back intact at every size, with and without digests") {
   Env env;
+  // Also on a busy reactor, where the queue pairs call recv() and send() themselves each turn.
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  if (busy) env.busy_reactor();
   const Digest digests[] = {Digest::none, Digest::header, Digest::data, Digest::both};
   uint64_t seq = 1;
   for (Digest d : digests) {
@@ -157,10 +167,12 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
     auto qp = create_io_queue(*ctrl, *env.reactor, 32);
     REQUIRE(qp);
     CHECK((*qp)->max_transfer() == 128u * 1024);
-    // Receives go into the staging buffer registered with the reactor's ring (READ_FIXED).
+    // Receives go into the staging buffer registered with the reactor's ring (READ_FIXED), or
+    // on a busy reactor come from the pair's own recv() calls.
     auto* tqp = dynamic_cast<tcp::QueuePair*>(qp->get());
     REQUIRE(tqp);
-    CHECK(tqp->registered_receive());
+    CHECK(tqp->registered_receive() == !busy);
+    CHECK(tqp->direct_socket() == busy);
     SyncIo io4k(**qp, *env.reactor, kNs4k, 4096);
     SyncIo io512(**qp, *env.reactor, kNs512, 512);
     struct Case {
@@ -205,6 +217,9 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
 
 TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every block intact") {
   Env env;
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  if (busy) env.busy_reactor();
   auto ctrl = env.connect(Digest::both);
   auto qpr = create_io_queue(*ctrl, *env.reactor, 256);
   REQUIRE(qpr);

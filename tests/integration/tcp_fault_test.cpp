@@ -1,6 +1,8 @@
 // The TCP queue pair against a tiny scripted fake controller: every malformed or hostile answer
 // fails the pair with the documented error, completes outstanding commands with a host path
-// error, and never crashes.
+// error, and never crashes. The faults on an established pair, short sends and a SUCCESS-flagged
+// read each run twice: on an ordinary reactor (ring receives and sends) and on a busy one, where
+// the pair calls recv() and send() on its socket itself every turn (direct_socket()).
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -114,6 +116,12 @@ uint16_t read_command(int fd) {
   return c.sqe.cid;
 }
 
+std::unique_ptr<Reactor> make_reactor(bool busy) {
+  ReactorOptions o;
+  o.busy_poll = busy;
+  return Reactor::create(o).value();
+}
+
 QpConfig config(const FakeController& f) {
   QpConfig c;
   c.trsvcid = f.port();
@@ -155,12 +163,15 @@ void expect_failure(const std::function<void(int, uint16_t)>& misbehave, Errc wa
     const uint16_t cid = read_command(fd);
     misbehave(fd, cid);
   });
-  auto reactor = Reactor::create().value();
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  auto reactor = make_reactor(busy);
   auto qp = tcp::QueuePair::connect(*reactor, config(fake));
   REQUIRE(qp);
   Failed listener;
   (*qp)->set_listener(&listener);
   (*qp)->start();
+  CHECK((*qp)->direct_socket() == busy);
   std::vector<uint8_t> buf(4096);
   Outcome out;
   IoRequest req;
@@ -377,10 +388,13 @@ TEST_CASE("a good C2HData with SUCCESS completes the read without a CapsuleResp"
     write_all(fd, &d, sizeof d);
     write_all(fd, data.data() + 1000, 3096);
   });
-  auto reactor = Reactor::create().value();
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  auto reactor = make_reactor(busy);
   auto qp = tcp::QueuePair::connect(*reactor, config(fake));
   REQUIRE(qp);
   (*qp)->start();
+  CHECK((*qp)->direct_socket() == busy);
   std::vector<uint8_t> buf(4096);
   Outcome out;
   IoRequest req;
@@ -441,12 +455,15 @@ TEST_CASE("a slow reader with a tiny window still gets every capsule byte in ord
       if (n % 4 == 0) std::this_thread::sleep_for(1ms);
     }
   }, 4096);
-  auto reactor = Reactor::create().value();
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  auto reactor = make_reactor(busy);
   QpConfig cfg = config(fake);
   cfg.depth = kCmds;
   auto qp = tcp::QueuePair::connect(*reactor, cfg);
   REQUIRE(qp);
   (*qp)->start();
+  CHECK((*qp)->direct_socket() == busy);
   // 256 KiB in one batch against a 4 KiB receive window: the SENDMSG goes out in pieces.
   std::vector<std::vector<uint8_t>> bufs(kCmds, std::vector<uint8_t>(kLen));
   std::vector<IoRequest> reqs(kCmds);

@@ -180,8 +180,11 @@ int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 
 void QueuePair::start() noexcept {
   if (!go_live()) return;
   core_->reactor = &reactor_;
-  if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
-    core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
+  direct_ = reactor_.busy_poll();
+  if (!direct_) {
+    if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
+      core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
+  }
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
   if (tls_) tls_receive(0);  // records the set-up read ahead of its last PDU
@@ -258,6 +261,11 @@ void QueuePair::unlink(uint16_t cid) noexcept {
 // on_recv used to re-arm) it held back every QD1 command by that much.
 int QueuePair::poll_fn(void* self) noexcept {
   auto& qp = *static_cast<QueuePair*>(self);
+  if (qp.direct_) {
+    // The receive first: the commands its completions submit go out in this turn's send.
+    const int got = qp.recv_direct();
+    return got + qp.flush();
+  }
   const int work = qp.flush();
   if (!qp.core_->recv_armed) qp.arm_recv();
   return work;
@@ -352,6 +360,7 @@ int QueuePair::flush() noexcept {
 }
 
 bool QueuePair::submit_batch() noexcept {
+  if (direct_) return send_direct();
   IoCore& c = *core_;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return false;  // flush() retries on the next turn
@@ -400,6 +409,55 @@ void QueuePair::on_send(const io_uring_cqe& cqe) noexcept {
   batch_done();
 }
 
+// What on_send does for a ring send, in a loop: send until the batch (and with TLS its last
+// chunk of ciphertext) is out or the socket is full. Full: the batch stays active and flush()
+// calls again next turn. False when nothing went out.
+bool QueuePair::send_direct() noexcept {
+  IoCore& c = *core_;
+  bool sent = false;
+  for (;;) {
+    ssize_t n;
+    if (c.iov_count - c.iov_start == 1) {
+      n = ::send(c.fd, c.iov[c.iov_start].iov_base, c.iov[c.iov_start].iov_len,
+                 MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+      c.msg = msghdr{};
+      c.msg.msg_iov = c.iov + c.iov_start;
+      c.msg.msg_iovlen = c.iov_count - c.iov_start;
+      n = ::sendmsg(c.fd, &c.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    if (n < 0) {
+      const int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return sent;
+      fail(detail::socket_error(e), "send failed");
+      return true;
+    }
+    sent = true;
+    c.iov_start = advance_iov(c.iov, c.iov_start, c.iov_count, static_cast<size_t>(n));
+    if (c.iov_start < c.iov_count) continue;
+    if (tls_ && tls_next_chunk()) continue;
+    batch_done();
+    return true;
+  }
+}
+
+// One non-blocking receive into the staging buffer, handled as a ring receive's completion.
+int QueuePair::recv_direct() noexcept {
+  IoCore& c = *core_;
+  if (state_ != QpState::live) return 0;
+  const ssize_t n = ::recv(c.fd, c.rbuf.data(), c.rbuf_len, MSG_DONTWAIT);
+  io_uring_cqe cqe{};
+  if (n < 0) {
+    const int e = errno;
+    if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return 0;
+    cqe.res = -e;
+  } else {
+    cqe.res = static_cast<int32_t>(n);
+  }
+  on_recv(cqe);
+  return 1;
+}
+
 void QueuePair::batch_done() noexcept {
   IoCore& c = *core_;
   c.send_active = false;
@@ -415,7 +473,7 @@ void QueuePair::batch_done() noexcept {
 
 void QueuePair::arm_recv() noexcept {
   IoCore& c = *core_;
-  if (c.recv_armed || state_ != QpState::live) return;
+  if (c.recv_armed || direct_ || state_ != QpState::live) return;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return;  // flush() retries on the next turn
   if (c.rbuf_id >= 0)

@@ -8,6 +8,12 @@
 // buffer (IORING_OP_READ_FIXED when the reactor's buffer table took it, else IORING_OP_RECV)
 // feeds the shared PduReader, which copies C2H data into the request's buffer.
 //
+// On a busy reactor (ReactorOptions::busy_poll: it spins without end) the poller instead calls
+// recv() and then send()/sendmsg() on the socket with MSG_DONTWAIT every turn: the same batches
+// and the same parser, minus the ring's task work and its extra kernel entry per completion,
+// which is what a polling reactor pays for io_uring at queue depth 1 (latency_bench
+// --mechanics). A received completion's next command then goes out in the same turn.
+//
 // With TLS (lib/tls Session, memory BIOs, on the reactor thread: no thread hop) the same batch
 // of iovecs is encrypted into the session (small pieces coalesced so records stay large) and
 // its ciphertext is sent from a pair-owned buffer in chunks, one send in flight as before; a
@@ -175,6 +181,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int inflight_ops() const noexcept;
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
+  /// True when the pair polls its socket with non-blocking system calls (a busy reactor, see
+  /// ReactorOptions::busy_poll) rather than through ring operations. Set by start().
+  bool direct_socket() const noexcept { return direct_; }
   /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
   bool is_tls() const noexcept { return tls_ != nullptr || session_.ktls; }
   /// True when that TLS runs in the kernel (kernel TLS) rather than on the reactor.
@@ -197,6 +206,10 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int flush() noexcept;
   void arm_recv() noexcept;
   bool submit_batch() noexcept;
+  // Direct mode (direct_): the same send and receive as non-blocking system calls, run by the
+  // poller; nothing is ever in flight in the kernel.
+  bool send_direct() noexcept;
+  int recv_direct() noexcept;
   void on_recv(const io_uring_cqe& cqe) noexcept;
   void on_send(const io_uring_cqe& cqe) noexcept;
   // The TLS halves of flush/on_send/on_recv (the end of queue_pair.cpp).
@@ -228,6 +241,7 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   uint32_t in_capsule_ = 0;
   uint32_t max_transfer_ = 0;
   bool poller_added_ = false;
+  bool direct_ = false;
 
   Negotiated send_neg_{};  // digests + CPDA for PDUs we send
   PduReader reader_;
