@@ -174,6 +174,9 @@ struct TargetOptions {
   std::chrono::milliseconds ccr_async_delay{0};  ///< see ccr_async; also applies to fallbacks
   uint8_t anatt_s = 2;               ///< ANA transition time reported (Identify ANATT)
   C2hSuccess c2h_success = C2hSuccess::sq_flow_control_disabled;
+  /// false: a Connect that asks for SQ flow control off is refused with Connect Invalid
+  /// Parameters (IPO naming CATTR), as a controller that cannot disable it must.
+  bool allow_sq_flow_control_disable = true;
   bool log_connections = false;      ///< print connects/disconnects/errors to stderr
   /// DH-HMAC-CHAP: a queue asked to authenticate (its host entry has a key) that has not
   /// finished the transaction this long after its Connect or its last authentication command
@@ -243,6 +246,9 @@ struct PortStats {
   uint64_t tls_sessions = 0;        ///< connections whose TLS handshake completed
   uint64_t tls_failures = 0;        ///< TLS handshakes that failed (wrong PSK, unknown identity)
   uint64_t tls_plaintext_refused = 0;  ///< plaintext connections a TLS-only port closed
+  /// I/O queues whose host connected with SQ flow control disabled (Connect CATTR bit 2): their
+  /// reads end with a SUCCESS-flagged C2HData, no CapsuleResp.
+  uint64_t io_queues_without_sq_flow_control = 0;
 };
 
 /// A running target; stop() or the destructor ends it.

@@ -229,7 +229,16 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
   qc.recv_buffer = p.recv_buffer;
   qc.tls = p.tls;
   qc.ktls = o.tls_kernel;
+  // I/O queues ask for SQ flow control off (nothing here reads SQHD): a read then ends with its
+  // C2HData. A controller that cannot do that refuses the Connect with Connect Invalid
+  // Parameters; the queue is connected again without the request.
+  qc.disable_sq_flow_control = p.qid != 0;
   auto qp = tcp::QueuePair::connect(reactor, qc);
+  if (!qp && qc.disable_sq_flow_control && qp.error().category() == nvme_category() &&
+      (qp.error().value() & 0x7ff) == status::kConnectInvalidParameters.code()) {
+    qc.disable_sq_flow_control = false;
+    qp = tcp::QueuePair::connect(reactor, qc);
+  }
   if (!qp) return qp.error();
   tcp::QueuePair* raw = qp->get();
   out.start = [raw] { raw->start(); };

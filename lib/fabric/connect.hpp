@@ -54,6 +54,11 @@ struct ConnectParams {
   std::string_view subnqn;
   std::string_view hostnqn;
   std::array<uint8_t, 16> hostid{};
+  /// CATTR bit 2: the host asks the controller not to report SQ head pointers. A host that never
+  /// reads SQHD loses nothing, and NVMe/TCP controllers then end a read with a SUCCESS-flagged
+  /// C2HData instead of sending a CapsuleResp after it. A controller that cannot refuses the
+  /// Connect with Connect Invalid Parameters.
+  bool disable_sq_flow_control = false;
 };
 
 /// Fills the Connect command (without its data pointer: the transport sets the SGL) and its

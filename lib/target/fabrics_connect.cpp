@@ -20,6 +20,7 @@ constexpr NvmeStatus kControllerBusy = NvmeStatus::make(Sct::command_specific, 0
 // Byte offsets in the Connect SQE of the fields IPO may name.
 constexpr uint32_t kSqeQidOffset = 42;
 constexpr uint32_t kSqeSqsizeOffset = 44;
+constexpr uint32_t kSqeCattrOffset = 46;
 constexpr uint32_t kCattrDisableSqFlowControl = 1u << 2;
 
 // Connect Invalid Parameters: DW0 bit 16 IATTR (1: in the connect data), bits 15:0 IPO.
@@ -81,6 +82,8 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   r.qid = qid;
   r.sq_entries = sqsize + 1;
   r.sq_flow_control = ((c.cdw11 >> 16) & kCattrDisableSqFlowControl) == 0;
+  if (!r.sq_flow_control && !core.opts.allow_sq_flow_control_disable)
+    return invalid(false, kSqeCattrOffset);
   if (qid == 0) {
     r.ctrl = subsys->create_controller(port, hostnqn, d.hostid);
     if (!r.ctrl) return failed(kControllerBusy);

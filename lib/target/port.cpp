@@ -260,6 +260,8 @@ PortStats Port::stats() const noexcept {
   s.tls_sessions = counters_.tls_sessions.load(std::memory_order_relaxed);
   s.tls_failures = counters_.tls_failures.load(std::memory_order_relaxed);
   s.tls_plaintext_refused = counters_.tls_plaintext_refused.load(std::memory_order_relaxed);
+  s.io_queues_without_sq_flow_control =
+      counters_.io_queues_without_sq_flow_control.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -215,6 +215,29 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
   }
 }
 
+TEST_CASE("I/O queues connect with SQ flow control off, and again without it where refused") {
+  // Off: the target ends each read with a SUCCESS-flagged C2HData (no CapsuleResp). A target
+  // that cannot disable it refuses that Connect (Connect Invalid Parameters): the host connects
+  // the queue again without asking, and the data is the same.
+  const bool allow = GENERATE(true, false);
+  INFO("target allows SQ flow control off: " << allow);
+  Env env([&](TargetOptions& to) { to.allow_sq_flow_control_disable = allow; });
+  auto ctrl = env.connect();
+  auto qp = create_io_queue(*ctrl, *env.reactor, 16);
+  REQUIRE(qp);
+  SyncIo io(**qp, *env.reactor, kNs4k, 4096);
+  for (uint32_t nlb : {1u, 8u, 64u}) {
+    auto data = stamped(4096, 100, nlb, 40 + nlb);
+    REQUIRE(io.write(100, nlb, data.data()));
+    std::vector<uint8_t> back(data.size());
+    REQUIRE(io.read(100, nlb, back.data()));
+    CHECK(all_stamped(back, 4096, 100, 40 + nlb));
+  }
+  const auto st = env.target->stats(0);
+  CHECK(st.io_queues_without_sq_flow_control == (allow ? 1u : 0u));
+  qp->reset();
+}
+
 TEST_CASE("QD128 of asynchronous writes and reads on one reactor keeps every block intact") {
   Env env;
   const bool busy = GENERATE(false, true);

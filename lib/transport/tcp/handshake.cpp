@@ -537,7 +537,8 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
   const uint32_t icd = cfg.qid == 0 && cfg.in_capsule_data == 0 ? kAdminInCapsuleData : cfg.in_capsule_data;
   SetupChannel channel(wire, hd, dd, resp.cpda,
                        std::max<uint32_t>(icd, static_cast<uint32_t>(fabric::kConnectDataLen)), label);
-  const fabric::ConnectParams params{cfg.qid, cfg.depth, cfg.kato_ms, cfg.cntlid, cfg.subnqn, cfg.hostnqn, cfg.hostid};
+  const fabric::ConnectParams params{cfg.qid,     cfg.depth,   cfg.kato_ms, cfg.cntlid,
+                                     cfg.subnqn,  cfg.hostnqn, cfg.hostid,  cfg.disable_sq_flow_control};
   auto rsp = fabric::connect_queue(channel, params, cfg.authenticate, deadline, label);
   if (!rsp) return rsp.error();
   out.session.cntlid = rsp.value().cntlid;

@@ -87,6 +87,9 @@ struct QpConfig {
   std::shared_ptr<const tls::TlsPsk> tls;
   /// With tls: offer the session to kernel TLS after the handshake (tls/ktls.hpp).
   bool ktls = true;
+  /// Connect with SQ flow control disabled (fabric::ConnectParams): reads then end with a
+  /// SUCCESS-flagged C2HData, one PDU fewer each.
+  bool disable_sq_flow_control = false;
   /// Runs at the end of the pair's destructor (e.g. returns its queue id to a pool).
   std::function<void()> on_destroy;
 };
