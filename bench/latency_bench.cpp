@@ -22,11 +22,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -663,7 +665,8 @@ int main(int argc, char** argv) {
   app.add_option("--server-cpu", server_cpu, "CPU of the target side (embedded target, ping-pong server); -1: unpinned");
   app.add_flag("--mechanics", mechanics,
                "also measure busy ping-pongs with other io_uring mechanics (COOP_TASKRUN, DEFER_TASKRUN, "
-               "registered ring fd, SQPOLL)");
+               "registered ring fd, SQPOLL, multishot receive, SEND_ZC), and a busy volume whose queue pairs "
+               "keep their sockets on the ring (nvmeof_busy_ring_sockets)");
   std::vector<std::string> host_modes{"busy", "adaptive", "sleep"};
   app.add_option("--modes", host_modes, "initiator poll modes to measure")
       ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
@@ -737,8 +740,8 @@ int main(int argc, char** argv) {
     return std::move(*v);
   };
   // QD`qd` reads on a fresh volume in `mode` for `d`, after a short warm-up.
-  auto run_volume = [&](size_t i, unsigned qd, std::chrono::nanoseconds d, Row& row) {
-    auto v = open_volume(modes[i % modes.size()], i / modes.size());
+  auto run_volume_on = [&](nvmeof::PollMode mode, size_t t, unsigned qd, std::chrono::nanoseconds d, Row& row) {
+    auto v = open_volume(mode, t);
     if (!v) return false;
     ReadLoop loop(*v, qd);
     LatencyHistogram warm;
@@ -752,6 +755,16 @@ int main(int argc, char** argv) {
     row.ios += ios;
     return true;
   };
+  auto run_volume = [&](size_t i, unsigned qd, std::chrono::nanoseconds d, Row& row) {
+    return run_volume_on(modes[i % modes.size()], i / modes.size(), qd, d, row);
+  };
+  // --mechanics: a busy volume whose queue pairs stay on the ring for their sockets
+  // (NVMEOF_BUSY_SOCKET=ring), against each target, beside the busy rows that poll the sockets
+  // with non-blocking system calls (the default).
+  std::vector<Row> ring_rows;
+  if (mechanics && std::find(modes.begin(), modes.end(), nvmeof::PollMode::busy) != modes.end())
+    for (size_t t = 0; t < targets.size(); ++t)
+      ring_rows.push_back({std::string("nvmeof_busy_ring_sockets") + (targets.size() > 1 ? "_tgt_" + target_polls[t] : ""), {}, 0, 0});
   auto run_pingpong = [&](Wait client, Wait server, std::chrono::nanoseconds d, Row& row) {
     PingPong pp(client, server, server_cpu);
     if (!pp.start()) {
@@ -810,6 +823,7 @@ int main(int argc, char** argv) {
   auto run_qp = [&](size_t k, std::chrono::nanoseconds d, Row& row) -> bool {
     nvmeof::ReactorOptions ro;
     ro.single_issuer = true;
+    ro.busy_poll = true;  // as a busy volume's lane: the pair polls its socket itself
     auto reactor = nvmeof::Reactor::create(ro);
     if (!reactor) return false;
     std::unique_ptr<nvmeof::ControlPlane> cp;
@@ -872,6 +886,11 @@ int main(int argc, char** argv) {
       if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
     for (size_t i = 0; i < nrows && rc == 0; ++i)
       if (!run_volume(i, 1, slice, qd1[i])) rc = 1;
+    for (size_t t = 0; t < ring_rows.size() && rc == 0; ++t) {
+      ::setenv("NVMEOF_BUSY_SOCKET", "ring", 1);
+      if (!run_volume_on(nvmeof::PollMode::busy, t, 1, slice, ring_rows[t])) rc = 1;
+      ::unsetenv("NVMEOF_BUSY_SOCKET");
+    }
     for (size_t k = 0; k < qprows.size() && rc == 0; ++k)
       if (!run_qp(k, slice, qprows[k])) rc = 1;
     if (depth > 1)
@@ -907,7 +926,9 @@ int main(int argc, char** argv) {
   auto ratio = [](double a, double b) { return b > 0 ? std::round(a / b * 100.0) / 100.0 : 0.0; };
   nlohmann::json jq = nlohmann::json::object(), jn = nlohmann::json::object();
   for (const Floor& f : floors) jq[f.row.name] = row_json(f.row, seconds);
-  for (const Row& r : qd1) {
+  std::vector<Row> qd1_all = qd1;
+  qd1_all.insert(qd1_all.end(), ring_rows.begin(), ring_rows.end());
+  for (const Row& r : qd1_all) {
     nlohmann::json x = row_json(r, seconds);
     x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));
     x["ratio_mean_to_busy_floor"] = ratio(r.h.mean(), floor.h.mean());
@@ -954,7 +975,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(r.h.count()));
   };
   for (const Floor& f : floors) print_row(f.row);
-  for (const Row& r : qd1) print_row(r);
+  for (const Row& r : qd1_all) print_row(r);
   for (const Row& r : qprows) print_row(r);
   if (!qprows.empty()) {
     const Row& least = qprows.back();

@@ -262,9 +262,12 @@ void QueuePair::unlink(uint16_t cid) noexcept {
 int QueuePair::poll_fn(void* self) noexcept {
   auto& qp = *static_cast<QueuePair*>(self);
   if (qp.direct_) {
-    // The receive first: the commands its completions submit go out in this turn's send.
-    const int got = qp.recv_direct();
-    return got + qp.flush();
+    // What was submitted since the last turn (from the lane's ring) goes out before the
+    // receive, then what the receive's completions submitted, all in this turn.
+    int work = qp.flush();
+    work += qp.recv_direct();
+    if (qp.sendq_head_ != kNil) work += qp.flush();
+    return work;
   }
   const int work = qp.flush();
   if (!qp.core_->recv_armed) qp.arm_recv();
