@@ -665,8 +665,8 @@ int main(int argc, char** argv) {
   app.add_option("--server-cpu", server_cpu, "CPU of the target side (embedded target, ping-pong server); -1: unpinned");
   app.add_flag("--mechanics", mechanics,
                "also measure busy ping-pongs with other io_uring mechanics (COOP_TASKRUN, DEFER_TASKRUN, "
-               "registered ring fd, SQPOLL, multishot receive, SEND_ZC), and a busy volume whose queue pairs "
-               "keep their sockets on the ring (nvmeof_busy_ring_sockets)");
+               "registered ring fd, SQPOLL, multishot receive, SEND_ZC), and busy and adaptive volumes whose "
+               "queue pairs keep their sockets on the ring while spinning (nvmeof_*_ring_sockets)");
   std::vector<std::string> host_modes{"busy", "adaptive", "sleep"};
   app.add_option("--modes", host_modes, "initiator poll modes to measure")
       ->check(CLI::IsMember({"busy", "adaptive", "sleep"}))
@@ -758,13 +758,22 @@ int main(int argc, char** argv) {
   auto run_volume = [&](size_t i, unsigned qd, std::chrono::nanoseconds d, Row& row) {
     return run_volume_on(modes[i % modes.size()], i / modes.size(), qd, d, row);
   };
-  // --mechanics: a busy volume whose queue pairs stay on the ring for their sockets
-  // (NVMEOF_BUSY_SOCKET=ring), against each target, beside the busy rows that poll the sockets
-  // with non-blocking system calls (the default).
-  std::vector<Row> ring_rows;
-  if (mechanics && std::find(modes.begin(), modes.end(), nvmeof::PollMode::busy) != modes.end())
-    for (size_t t = 0; t < targets.size(); ++t)
-      ring_rows.push_back({std::string("nvmeof_busy_ring_sockets") + (targets.size() > 1 ? "_tgt_" + target_polls[t] : ""), {}, 0, 0});
+  // --mechanics: busy and adaptive volumes whose queue pairs stay on the ring for their sockets
+  // while they spin (NVMEOF_SPIN_SOCKETS=ring), against each target, beside the rows that poll
+  // the sockets with non-blocking system calls then (the default).
+  struct RingRow {
+    nvmeof::PollMode mode;
+    size_t target;
+    Row row;
+  };
+  std::vector<RingRow> ring_rows;
+  if (mechanics)
+    for (nvmeof::PollMode m : modes) {
+      if (m == nvmeof::PollMode::sleep) continue;
+      for (size_t t = 0; t < targets.size(); ++t)
+        ring_rows.push_back({m, t, {std::string("nvmeof_") + nvmeof::to_string(m) + "_ring_sockets" +
+                                        (targets.size() > 1 ? "_tgt_" + target_polls[t] : ""), {}, 0, 0}});
+    }
   auto run_pingpong = [&](Wait client, Wait server, std::chrono::nanoseconds d, Row& row) {
     PingPong pp(client, server, server_cpu);
     if (!pp.start()) {
@@ -886,10 +895,10 @@ int main(int argc, char** argv) {
       if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
     for (size_t i = 0; i < nrows && rc == 0; ++i)
       if (!run_volume(i, 1, slice, qd1[i])) rc = 1;
-    for (size_t t = 0; t < ring_rows.size() && rc == 0; ++t) {
-      ::setenv("NVMEOF_BUSY_SOCKET", "ring", 1);
-      if (!run_volume_on(nvmeof::PollMode::busy, t, 1, slice, ring_rows[t])) rc = 1;
-      ::unsetenv("NVMEOF_BUSY_SOCKET");
+    for (size_t k = 0; k < ring_rows.size() && rc == 0; ++k) {
+      ::setenv("NVMEOF_SPIN_SOCKETS", "ring", 1);
+      if (!run_volume_on(ring_rows[k].mode, ring_rows[k].target, 1, slice, ring_rows[k].row)) rc = 1;
+      ::unsetenv("NVMEOF_SPIN_SOCKETS");
     }
     for (size_t k = 0; k < qprows.size() && rc == 0; ++k)
       if (!run_qp(k, slice, qprows[k])) rc = 1;
@@ -927,7 +936,7 @@ int main(int argc, char** argv) {
   nlohmann::json jq = nlohmann::json::object(), jn = nlohmann::json::object();
   for (const Floor& f : floors) jq[f.row.name] = row_json(f.row, seconds);
   std::vector<Row> qd1_all = qd1;
-  qd1_all.insert(qd1_all.end(), ring_rows.begin(), ring_rows.end());
+  for (const RingRow& r : ring_rows) qd1_all.push_back(r.row);
   for (const Row& r : qd1_all) {
     nlohmann::json x = row_json(r, seconds);
     x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));

@@ -115,11 +115,12 @@ Result<void> Lane::start() {
     // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
     const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
     ro.single_issuer = vol_.opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
-    // A busy lane's TCP queue pairs read and write their sockets with non-blocking system calls
-    // each turn (what the polling floor does); NVMEOF_BUSY_SOCKET=ring keeps them on the ring
-    // (to compare the two).
-    const char* bs = std::getenv("NVMEOF_BUSY_SOCKET");
-    ro.busy_poll = vol_.opts_.poll == PollMode::busy && !(bs && std::string_view(bs) == "ring");
+    // While a lane spins (always when busy, in its spin windows when adaptive) its TCP queue
+    // pairs read and write their sockets with non-blocking system calls each turn, which is what
+    // the polling floor does; NVMEOF_SPIN_SOCKETS=ring keeps them on the ring (to compare).
+    const char* ss = std::getenv("NVMEOF_SPIN_SOCKETS");
+    spin_sockets_ = !(ss && std::string_view(ss) == "ring");
+    ro.busy_poll = vol_.opts_.poll == PollMode::busy && spin_sockets_;
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());
@@ -192,6 +193,7 @@ void Lane::run_adaptive() {
         continue;
       }
       governor.stopped();
+      reactor_->set_spinning(false);  // the sleeping turn below arms the sockets' receives
       spinning_.store(false, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
@@ -204,6 +206,7 @@ void Lane::run_adaptive() {
       if (budget && governor.may_spin(now)) {
         spin_until = now + budget;
         spinning_.store(true, std::memory_order_relaxed);
+        reactor_->set_spinning(spin_sockets_);
         governor.turn_end(Reactor::clock_ns());
       }
     }

@@ -271,6 +271,7 @@ class Lane final : public QueuePairListener {
   // then skips the wake-up write, the loop sees the ring on its next turn. Cleared (seq_cst,
   // then the ring re-checked) before the loop sleeps, so no enqueue is missed.
   std::atomic<bool> spinning_{false};
+  bool spin_sockets_ = true;  // while spinning, queue pairs poll their sockets (Reactor::set_spinning)
   clockid_t cpu_clock_{};
   std::atomic<bool> cpu_clock_ok_{false};
   MpscRing<VolumeIo> ring_{4096};

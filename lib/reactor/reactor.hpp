@@ -97,6 +97,13 @@ class Reactor {
   bool single_issuer() const noexcept;
   /// ReactorOptions::busy_poll as created.
   bool busy_poll() const noexcept { return busy_poll_; }
+  /// The owner says it is spinning on poll(0) for now (an adaptive lane's spin window) and will
+  /// say so again before it waits: meanwhile transports may poll their sockets directly, as on
+  /// a busy_poll reactor, and they arm ring operations again in the first turn after it is
+  /// cleared (the turn that precedes the wait). Owner thread only.
+  void set_spinning(bool on) noexcept { spinning_ = on; }
+  /// busy_poll, or set_spinning(true) in force: sockets may be polled with system calls.
+  bool spinning() const noexcept { return busy_poll_ || spinning_; }
   /// Registers `fd` in the ring's file table (created sparse on first use) and returns its
   /// index for IOSQE_FIXED_FILE. Owning thread (or before the reactor runs). Errors: errno codes
   /// from io_uring_register (ENFILE when the table is full).
@@ -153,6 +160,7 @@ class Reactor {
   std::unique_ptr<Impl> impl_;
   uint64_t now_ns_ = 0;
   bool busy_poll_ = false;
+  bool spinning_ = false;
 };
 
 }  // namespace nvmeof

@@ -215,6 +215,51 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
   }
 }
 
+TEST_CASE("a queue pair reads its socket itself while the reactor spins, and arms a ring receive when it stops") {
+  // An adaptive lane's spin windows (Reactor::set_spinning). The two ways never overlap: a ring
+  // receive armed before the spin delivers first, none is armed while spinning, and the turn
+  // after the spin ends arms one again, so a reactor that then sleeps still sees the answer.
+  Env env;
+  auto ctrl = env.connect();
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 16);
+  REQUIRE(qpr);
+  auto* tqp = dynamic_cast<tcp::QueuePair*>(qpr->get());
+  REQUIRE(tqp);
+  CHECK(tqp->inflight_ops() == 1);  // not spinning: its receive is on the ring
+  CHECK_FALSE(tqp->direct_socket());
+  auto round_trip = [&](uint64_t slba, uint64_t seq, bool spin) {
+    std::vector<uint8_t> data = stamped(4096, slba, 2, seq), back(8192, 0);
+    for (int op = 0; op < 2; ++op) {
+      Outcome out;
+      IoRequest r;
+      if (op == 0) prep_write(r.cmd, kNs4k, slba, 2);
+      else prep_read(r.cmd, kNs4k, slba, 2);
+      r.data = op == 0 ? data.data() : back.data();
+      r.data_len = 8192;
+      r.on_complete = &count_done;
+      r.user = &out;
+      REQUIRE(tqp->submit(r) == 0);
+      const uint64_t give_up = Reactor::clock_ns() + 10'000'000'000ull;
+      while (out.done == 0 && Reactor::clock_ns() < give_up)
+        env.reactor->poll(spin ? 0us : std::chrono::microseconds(100'000));
+      REQUIRE(out.done == 1);
+      CHECK(out.failures == 0);
+    }
+    CHECK(all_stamped(back, 4096, slba, seq));
+  };
+  env.reactor->set_spinning(true);
+  CHECK(tqp->direct_socket());
+  for (uint64_t i = 0; i < 8; ++i) round_trip(i * 2, 50 + i, true);
+  CHECK(tqp->inflight_ops() == 0);  // the ring receive came back and was not armed again
+  env.reactor->set_spinning(false);
+  env.reactor->poll(0us);  // the turn before a wait
+  CHECK(tqp->inflight_ops() == 1);
+  // Asleep in the ring between turns (100 ms waits): the armed receive wakes it.
+  for (uint64_t i = 0; i < 4; ++i) round_trip(100 + i * 2, 70 + i, false);
+  CHECK(tqp->state() == QpState::live);
+  qpr->reset();
+}
+
 TEST_CASE("I/O queues connect with SQ flow control off, and again without it where refused") {
   // Off: the target ends each read with a SUCCESS-flagged C2HData (no CapsuleResp). A target
   // that cannot disable it refuses that Connect (Connect Invalid Parameters): the host connects

@@ -114,6 +114,28 @@ TEST_CASE("an adaptive volume moves verified data, then idles at no CPU", "[poll
   CHECK(st.reactor_cpu_ns[0] + st.reactor_cpu_ns[1] > 0);  // the clocks are read at all
 }
 
+TEST_CASE("an adaptive volume whose reads outlast its spin sleeps on an armed receive", "[poll]") {
+  // While it spins the lane's pair reads its socket itself; once the spin window (at most
+  // 250 us) ends before the answer, the pair must arm a ring receive before the lane sleeps, or
+  // the answer would go unseen (the lane wakes only to spin after a submission or a deadline).
+  // Every read here takes 3 ms at the target.
+  Rig rig(PollMode::adaptive);
+  rig.target->set_latency(0, 3ms);
+  test::VerifiedWorkload w(*rig.vol, 1, 32, 0);
+  w.start();
+  const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
+  while (w.completed() < 200 && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+  REQUIRE(w.finish(15s));
+  const auto st = rig.vol->stats();
+  INFO(to_text(st));
+  INFO("first error: " << w.first_error());
+  CHECK(w.completed() >= 200);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+  CHECK(st.paths.at(0).hedges == 0);  // every answer was seen as it came, none waited out a deadline
+  CHECK(st.paths.at(0).latency.max_us < 1'000'000);
+}
+
 TEST_CASE("a sleeping volume moves verified data and idles cheaply", "[poll]") {
   Rig rig(PollMode::sleep);
   run_verified(rig, 4, 0);

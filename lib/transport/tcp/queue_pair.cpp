@@ -180,8 +180,7 @@ int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 
 void QueuePair::start() noexcept {
   if (!go_live()) return;
   core_->reactor = &reactor_;
-  direct_ = reactor_.busy_poll();
-  if (!direct_) {
+  if (!reactor_.busy_poll()) {
     if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
       core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
   }
@@ -261,7 +260,7 @@ void QueuePair::unlink(uint16_t cid) noexcept {
 // on_recv used to re-arm) it held back every QD1 command by that much.
 int QueuePair::poll_fn(void* self) noexcept {
   auto& qp = *static_cast<QueuePair*>(self);
-  if (qp.direct_) {
+  if (qp.reactor_.spinning() && !qp.core_->recv_armed) {
     // What was submitted since the last turn (from the lane's ring) goes out before the
     // receive, then what the receive's completions submitted, all in this turn.
     int work = qp.flush();
@@ -363,7 +362,7 @@ int QueuePair::flush() noexcept {
 }
 
 bool QueuePair::submit_batch() noexcept {
-  if (direct_) return send_direct();
+  if (reactor_.spinning()) return send_direct();
   IoCore& c = *core_;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return false;  // flush() retries on the next turn
@@ -476,7 +475,7 @@ void QueuePair::batch_done() noexcept {
 
 void QueuePair::arm_recv() noexcept {
   IoCore& c = *core_;
-  if (c.recv_armed || direct_ || state_ != QpState::live) return;
+  if (c.recv_armed || reactor_.spinning() || state_ != QpState::live) return;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return;  // flush() retries on the next turn
   if (c.rbuf_id >= 0)

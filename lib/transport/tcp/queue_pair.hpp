@@ -8,11 +8,15 @@
 // buffer (IORING_OP_READ_FIXED when the reactor's buffer table took it, else IORING_OP_RECV)
 // feeds the shared PduReader, which copies C2H data into the request's buffer.
 //
-// On a busy reactor (ReactorOptions::busy_poll: it spins without end) the poller instead calls
-// recv() and then send()/sendmsg() on the socket with MSG_DONTWAIT every turn: the same batches
-// and the same parser, minus the ring's task work and its extra kernel entry per completion,
-// which is what a polling reactor pays for io_uring at queue depth 1 (latency_bench
-// --mechanics). A received completion's next command then goes out in the same turn.
+// While its reactor spins (Reactor::spinning(): a busy reactor always, an adaptive lane in its
+// spin windows) the poller instead calls recv() and send()/sendmsg() on the socket with
+// MSG_DONTWAIT every turn: the same batches and the same parser, minus the ring's task work and
+// its extra kernel entry per completion, which is what a polling reactor pays for io_uring at
+// queue depth 1 (latency_bench --mechanics). A received completion's next command then goes
+// out in the same turn. The two never overlap: a direct receive only runs while no ring receive
+// is armed, and a ring receive is armed only in a turn where the reactor does not spin (the
+// one before it waits), so bytes are read by one of them at a time, in order; likewise one
+// send at a time, whichever way it went.
 //
 // With TLS (lib/tls Session, memory BIOs, on the reactor thread: no thread hop) the same batch
 // of iovecs is encrypted into the session (small pieces coalesced so records stay large) and
@@ -184,9 +188,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int inflight_ops() const noexcept;
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
-  /// True when the pair polls its socket with non-blocking system calls (a busy reactor, see
-  /// ReactorOptions::busy_poll) rather than through ring operations. Set by start().
-  bool direct_socket() const noexcept { return direct_; }
+  /// True while the pair polls its socket with non-blocking system calls (a busy reactor, or
+  /// one whose owner spins: Reactor::spinning()) rather than through ring operations.
+  bool direct_socket() const noexcept { return reactor_.spinning(); }
   /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
   bool is_tls() const noexcept { return tls_ != nullptr || session_.ktls; }
   /// True when that TLS runs in the kernel (kernel TLS) rather than on the reactor.
@@ -209,7 +213,7 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int flush() noexcept;
   void arm_recv() noexcept;
   bool submit_batch() noexcept;
-  // Direct mode (direct_): the same send and receive as non-blocking system calls, run by the
+  // While the reactor spins: the same send and receive as non-blocking system calls, run by the
   // poller; nothing is ever in flight in the kernel.
   bool send_direct() noexcept;
   int recv_direct() noexcept;
@@ -244,7 +248,6 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   uint32_t in_capsule_ = 0;
   uint32_t max_transfer_ = 0;
   bool poller_added_ = false;
-  bool direct_ = false;
 
   Negotiated send_neg_{};  // digests + CPDA for PDUs we send
   PduReader reader_;
