@@ -216,7 +216,11 @@ inline void prep_fabrics(Sqe& c, uint8_t fct) noexcept {
 }
 inline uint8_t fabrics_type(const Sqe& c) noexcept { return reinterpret_cast<const uint8_t*>(&c)[4]; }
 
-/// Fabrics Connect: `sqsize` is 0's based; `kato_ms` the keep-alive timeout (admin queue only).
+/// Connect CATTR bit 2: the host asks for SQ flow control to be disabled (no SQHD reported).
+inline constexpr uint8_t kConnectDisableSqFlowControl = 1u << 2;
+
+/// Fabrics Connect: `sqsize` is 0's based; `kato_ms` the keep-alive timeout (admin queue only);
+/// `cattr` the connection attributes (kConnectDisableSqFlowControl).
 inline void prep_connect(Sqe& c, uint16_t qid, uint16_t sqsize, uint32_t kato_ms,
                          uint8_t cattr = 0) noexcept {
   prep_fabrics(c, fctype::kConnect);

@@ -235,7 +235,8 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
   qc.disable_sq_flow_control = p.qid != 0;
   auto qp = tcp::QueuePair::connect(reactor, qc);
   if (!qp && qc.disable_sq_flow_control && qp.error().category() == nvme_category() &&
-      (qp.error().value() & 0x7ff) == status::kConnectInvalidParameters.code()) {
+      NvmeStatus{static_cast<uint16_t>(qp.error().value())}.code() ==
+          status::kConnectInvalidParameters.code()) {
     qc.disable_sq_flow_control = false;
     qp = tcp::QueuePair::connect(reactor, qc);
   }

@@ -36,9 +36,8 @@ std::error_code build_connect(const ConnectParams& p, Sqe& cmd,
   std::memcpy(d.subsysnqn, p.subnqn.data(), p.subnqn.size());
   std::memcpy(d.hostnqn, p.hostnqn.data(), p.hostnqn.size());
   std::memcpy(data.data(), &d, sizeof d);
-  constexpr uint8_t kCattrDisableSqFlowControl = 1u << 2;
   prep_connect(cmd, p.qid, static_cast<uint16_t>(p.depth - 1), p.kato_ms,
-               p.disable_sq_flow_control ? kCattrDisableSqFlowControl : 0);
+               p.disable_sq_flow_control ? kConnectDisableSqFlowControl : 0);
   return {};
 }
 

@@ -21,7 +21,6 @@ constexpr NvmeStatus kControllerBusy = NvmeStatus::make(Sct::command_specific, 0
 constexpr uint32_t kSqeQidOffset = 42;
 constexpr uint32_t kSqeSqsizeOffset = 44;
 constexpr uint32_t kSqeCattrOffset = 46;
-constexpr uint32_t kCattrDisableSqFlowControl = 1u << 2;
 
 // Connect Invalid Parameters: DW0 bit 16 IATTR (1: in the connect data), bits 15:0 IPO.
 ConnectResult invalid(bool in_data, uint32_t offset) {
@@ -81,7 +80,7 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   r.subsys = subsys;
   r.qid = qid;
   r.sq_entries = sqsize + 1;
-  r.sq_flow_control = ((c.cdw11 >> 16) & kCattrDisableSqFlowControl) == 0;
+  r.sq_flow_control = ((c.cdw11 >> 16) & kConnectDisableSqFlowControl) == 0;
   if (!r.sq_flow_control && !core.opts.allow_sq_flow_control_disable)
     return invalid(false, kSqeCattrOffset);
   if (qid == 0) {
