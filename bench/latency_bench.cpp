@@ -832,9 +832,9 @@ int main(int argc, char** argv) {
   auto run_qp = [&](size_t k, std::chrono::nanoseconds d, Row& row) -> bool {
     nvmeof::ReactorOptions ro;
     ro.single_issuer = true;
-    ro.busy_poll = true;  // as a busy volume's lane: the pair polls its socket itself
     auto reactor = nvmeof::Reactor::create(ro);
     if (!reactor) return false;
+    (*reactor)->set_spinning(true);  // as a busy volume's lane: the pair polls its socket itself
     std::unique_ptr<nvmeof::ControlPlane> cp;
     std::shared_ptr<nvmeof::Controller> ctrl;
     std::unique_ptr<nvmeof::QueuePair> qp;

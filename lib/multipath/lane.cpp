@@ -120,7 +120,6 @@ Result<void> Lane::start() {
     // the polling floor does; NVMEOF_SPIN_SOCKETS=ring keeps them on the ring (to compare).
     const char* ss = std::getenv("NVMEOF_SPIN_SOCKETS");
     spin_sockets_ = !(ss && std::string_view(ss) == "ring");
-    ro.busy_poll = vol_.opts_.poll == PollMode::busy && spin_sockets_;
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());
@@ -217,6 +216,7 @@ void Lane::run() {
   switch (vol_.opts_.poll) {
     case PollMode::busy:
       spinning_.store(true, std::memory_order_relaxed);
+      reactor_->set_spinning(spin_sockets_);
       while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
       break;
     case PollMode::adaptive:

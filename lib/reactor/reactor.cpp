@@ -271,7 +271,6 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& opts) {
   im.arm_wake_read();
   im.submit();
   r->now_ns_ = clock_ns();
-  r->busy_poll_ = opts.busy_poll;
   return r;
 }
 
@@ -366,9 +365,9 @@ int Reactor::poll(std::chrono::microseconds max_wait) noexcept {
     return n;
   };
   int n = turn();
-  // A busy reactor never sleeps in the ring: its transports may poll sockets that have nothing
-  // armed there (ReactorOptions::busy_poll), so only another turn would see their data.
-  if (n == 0 && max_wait.count() > 0 && !busy_poll_ && !im.has_posts()) {
+  // A spinning reactor never sleeps in the ring: its transports poll sockets that have nothing
+  // armed there (set_spinning), so only another turn would see their data.
+  if (n == 0 && max_wait.count() > 0 && !spinning_ && !im.has_posts()) {
     uint64_t wait_ns = static_cast<uint64_t>(max_wait.count()) * 1000;
     if (!im.heap.empty()) {
       const uint64_t d = im.heap.front()->deadline_ns;

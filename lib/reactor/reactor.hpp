@@ -65,11 +65,6 @@ struct ReactorOptions {
   /// without big_entries; when the kernel refuses, the reactor comes up without
   /// (single_issuer() tells).
   bool single_issuer = false;
-  /// The owner calls poll() without end (PollMode::busy): a transport may then poll its sockets
-  /// with non-blocking system calls on every turn instead of arming ring operations on them
-  /// (busy_poll() tells), so poll() never waits in the ring: it runs one turn and returns,
-  /// whatever its max_wait.
-  bool busy_poll = false;
 };
 
 class Reactor {
@@ -95,15 +90,14 @@ class Reactor {
   /// True when the ring runs completion work only on its owner's entries
   /// (ReactorOptions::single_issuer taken by the kernel).
   bool single_issuer() const noexcept;
-  /// ReactorOptions::busy_poll as created.
-  bool busy_poll() const noexcept { return busy_poll_; }
-  /// The owner says it is spinning on poll(0) for now (an adaptive lane's spin window) and will
-  /// say so again before it waits: meanwhile transports may poll their sockets directly, as on
-  /// a busy_poll reactor, and they arm ring operations again in the first turn after it is
-  /// cleared (the turn that precedes the wait). Owner thread only.
+  /// The owner says it spins on poll() for now (a busy lane for good, an adaptive lane in a spin
+  /// window) and will clear it before it waits. Meanwhile transports poll their sockets with
+  /// non-blocking system calls every turn instead of arming ring operations on them, so poll()
+  /// runs one turn and never waits in the ring, whatever its max_wait. Transports arm ring
+  /// operations again in the first turn after it is cleared (the turn that precedes a wait).
+  /// Owner thread only.
   void set_spinning(bool on) noexcept { spinning_ = on; }
-  /// busy_poll, or set_spinning(true) in force: sockets may be polled with system calls.
-  bool spinning() const noexcept { return busy_poll_ || spinning_; }
+  bool spinning() const noexcept { return spinning_; }
   /// Registers `fd` in the ring's file table (created sparse on first use) and returns its
   /// index for IOSQE_FIXED_FILE. Owning thread (or before the reactor runs). Errors: errno codes
   /// from io_uring_register (ENFILE when the table is full).
@@ -122,8 +116,8 @@ class Reactor {
   /// One loop turn: reaps completions (dispatching each to its IoHandler), runs expired timers,
   /// drains posted functions, runs pollers, then submits queued SQEs in one system call. When
   /// that turn did nothing it blocks up to `max_wait` (bounded by the nearest timer, cut short by
-  /// a completion or wake()) and runs one more turn. 0 never blocks, nor does a busy_poll
-  /// reactor. Returns events handled.
+  /// a completion or wake()) and runs one more turn. 0 never blocks, nor does a spinning
+  /// reactor (set_spinning). Returns events handled.
   int poll(std::chrono::microseconds max_wait = std::chrono::microseconds{0}) noexcept;
 
   /// Runs poll() until `done()` is true or `timeout` passes. Returns false on timeout.
@@ -159,7 +153,6 @@ class Reactor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   uint64_t now_ns_ = 0;
-  bool busy_poll_ = false;
   bool spinning_ = false;
 };
 

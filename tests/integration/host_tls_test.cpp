@@ -105,11 +105,10 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
 void write_read_verify(Rig& rig, Controller& ctrl, tls::CipherSuite suite, uint64_t slba0,
                        bool busy) {
   INFO("busy reactor: " << busy);
-  ReactorOptions ro;
-  ro.busy_poll = busy;
-  auto rr = Reactor::create(ro);
+  auto rr = Reactor::create();
   REQUIRE(rr);
   Reactor& reactor = **rr;
+  reactor.set_spinning(busy);
   auto qp = create_io_queue(ctrl, reactor, 16);
   REQUIRE(qp);
   auto* tcp_qp = dynamic_cast<tcp::QueuePair*>(qp->get());

@@ -117,9 +117,9 @@ uint16_t read_command(int fd) {
 }
 
 std::unique_ptr<Reactor> make_reactor(bool busy) {
-  ReactorOptions o;
-  o.busy_poll = busy;
-  return Reactor::create(o).value();
+  auto r = Reactor::create().value();
+  r->set_spinning(busy);
+  return r;
 }
 
 QpConfig config(const FakeController& f) {

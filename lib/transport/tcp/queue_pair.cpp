@@ -180,10 +180,8 @@ int QueuePair::inflight_ops() const noexcept { return core_ ? core_->inflight : 
 void QueuePair::start() noexcept {
   if (!go_live()) return;
   core_->reactor = &reactor_;
-  if (!reactor_.busy_poll()) {
-    if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
-      core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
-  }
+  if (auto id = reactor_.register_buffer({core_->rbuf.data(), core_->rbuf_len}))
+    core_->rbuf_id = static_cast<int>(*id);  // else plain IORING_OP_RECV
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
   if (tls_) tls_receive(0);  // records the set-up read ahead of its last PDU

@@ -8,7 +8,7 @@
 // buffer (IORING_OP_READ_FIXED when the reactor's buffer table took it, else IORING_OP_RECV)
 // feeds the shared PduReader, which copies C2H data into the request's buffer.
 //
-// While its reactor spins (Reactor::spinning(): a busy reactor always, an adaptive lane in its
+// While its reactor spins (Reactor::spinning(): a busy lane always, an adaptive lane in its
 // spin windows) the poller instead calls recv() and send()/sendmsg() on the socket with
 // MSG_DONTWAIT every turn: the same batches and the same parser, minus the ring's task work and
 // its extra kernel entry per completion, which is what a polling reactor pays for io_uring at
@@ -188,8 +188,8 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int inflight_ops() const noexcept;
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
-  /// True while the pair polls its socket with non-blocking system calls (a busy reactor, or
-  /// one whose owner spins: Reactor::spinning()) rather than through ring operations.
+  /// True while the pair polls its socket with non-blocking system calls (its reactor spins:
+  /// Reactor::spinning()) rather than through ring operations.
   bool direct_socket() const noexcept { return reactor_.spinning(); }
   /// True when the connection runs inside TLS; tls_suite() then names the negotiated suite.
   bool is_tls() const noexcept { return tls_ != nullptr || session_.ktls; }
