@@ -67,6 +67,15 @@ struct QueuePair::IoCore {
   unsigned arena_used = 0;
   uint16_t batch[kMaxIov];
   unsigned batch_count = 0;
+
+  // What is left of the batch: one piece goes with SEND, which spares the kernel the msghdr and
+  // iovec copies of SENDMSG; more go with `msg` over iov[iov_start..).
+  bool one_piece() const noexcept { return iov_count - iov_start == 1; }
+  void fill_msg() noexcept {
+    msg = msghdr{};
+    msg.msg_iov = iov + iov_start;
+    msg.msg_iovlen = iov_count - iov_start;
+  }
   // TLS: the ciphertext the send in flight reads (allocated only for a TLS connection).
   nvmeof::detail::NodeBuffer tls_tx;
 
@@ -364,14 +373,10 @@ bool QueuePair::submit_batch() noexcept {
   IoCore& c = *core_;
   io_uring_sqe* sqe = reactor_.get_sqe();
   if (!sqe) return false;  // flush() retries on the next turn
-  if (c.iov_count - c.iov_start == 1) {
-    // One piece (a QD1 command capsule, a TLS record): SEND spares the kernel the msghdr and
-    // iovec copies of SENDMSG.
+  if (c.one_piece()) {  // a QD1 command capsule, a TLS record
     io_uring_prep_send(sqe, c.fd, c.iov[c.iov_start].iov_base, c.iov[c.iov_start].iov_len, MSG_NOSIGNAL);
   } else {
-    c.msg = msghdr{};
-    c.msg.msg_iov = c.iov + c.iov_start;
-    c.msg.msg_iovlen = c.iov_count - c.iov_start;
+    c.fill_msg();
     io_uring_prep_sendmsg(sqe, c.fd, &c.msg, MSG_NOSIGNAL);
   }
   io_uring_sqe_set_data(sqe, &c.send_h);
@@ -417,13 +422,11 @@ bool QueuePair::send_direct() noexcept {
   bool sent = false;
   for (;;) {
     ssize_t n;
-    if (c.iov_count - c.iov_start == 1) {
+    if (c.one_piece()) {
       n = ::send(c.fd, c.iov[c.iov_start].iov_base, c.iov[c.iov_start].iov_len,
                  MSG_DONTWAIT | MSG_NOSIGNAL);
     } else {
-      c.msg = msghdr{};
-      c.msg.msg_iov = c.iov + c.iov_start;
-      c.msg.msg_iovlen = c.iov_count - c.iov_start;
+      c.fill_msg();
       n = ::sendmsg(c.fd, &c.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
     if (n < 0) {
