@@ -7,7 +7,8 @@
 // io_uring set-ups. Every row alternates in rounds so drift of a shared machine hits all alike;
 // the report gives each, the initiator side's CPU per I/O, the target side's (the rest of the
 // process) and the ratio (p50, mean, p99) to the busy floor that spins on non-blocking
-// recv/send system calls (the lowest here). Then IOPS of 4 KiB random reads at QD 32 on one
+// recv/send system calls (the lowest here), pooled over the rounds and (rnd/fl) as the median
+// of each round's mean over the floor's in that round. Then IOPS of 4 KiB random reads at QD 32 on one
 // reactor in each mode, and the CPU an idle adaptive volume uses (`--idle-seconds`). `--target-poll` runs the rows against one embedded target per target
 // poll mode (TargetOptions::poll), so a target's own cost is compared in the same run.
 #include <arpa/inet.h>
@@ -626,7 +627,30 @@ struct Row {
   // connection threads, the ping-pong server), plus what little the idle threads use.
   uint64_t peer_cpu_ns = 0;
   int64_t ios = 0;
+  // Each round's mean, so a ratio can pair a row with the floor measured in the same round.
+  std::vector<double> round_means{};
+  uint64_t counted = 0, summed = 0;
+  void close_round() {
+    const uint64_t n = h.count() - counted, s = h.sum() - summed;
+    round_means.push_back(n ? static_cast<double>(s) / static_cast<double>(n) : 0.0);
+    counted = h.count();
+    summed = h.sum();
+  }
 };
+
+// The median over rounds of (this row's mean in a round / the floor's mean in the same round):
+// a burst of load from elsewhere on a shared machine spoils the rounds it lands in, not the
+// figure, where the pooled means let one bad slice of one row move that row's ratio.
+double median_round_ratio(const Row& r, const Row& floor) {
+  std::vector<double> q;
+  for (size_t i = 0; i < r.round_means.size() && i < floor.round_means.size(); ++i)
+    if (r.round_means[i] > 0 && floor.round_means[i] > 0) q.push_back(r.round_means[i] / floor.round_means[i]);
+  if (q.empty()) return 0.0;
+  std::sort(q.begin(), q.end());
+  const size_t m = q.size() / 2;
+  const double v = q.size() % 2 ? q[m] : (q[m - 1] + q[m]) / 2.0;
+  return std::round(v * 100.0) / 100.0;
+}
 
 nlohmann::json row_json(const Row& r, double seconds) {
   nlohmann::json j = latency_json(r.h);
@@ -902,6 +926,10 @@ int main(int argc, char** argv) {
     }
     for (size_t k = 0; k < qprows.size() && rc == 0; ++k)
       if (!run_qp(k, slice, qprows[k])) rc = 1;
+    for (Floor& f : floors) f.row.close_round();
+    for (Row& x : qd1) x.close_round();
+    for (RingRow& x : ring_rows) x.row.close_round();
+    for (Row& x : qprows) x.close_round();
     if (depth > 1)
       for (size_t i = 0; i < nrows && rc == 0; ++i)
         if (!run_volume(i, depth, slice, qdn[i])) rc = 1;
@@ -942,6 +970,7 @@ int main(int argc, char** argv) {
     x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));
     x["ratio_mean_to_busy_floor"] = ratio(r.h.mean(), floor.h.mean());
     x["ratio_p99_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(99)), static_cast<double>(floor.h.percentile(99)));
+    x["ratio_mean_to_busy_floor_median_of_rounds"] = median_round_ratio(r, floor);
     jq[r.name] = x;
   }
   for (const Row& r : qdn) jn[r.name] = row_json(r, seconds);
@@ -952,6 +981,8 @@ int main(int argc, char** argv) {
     x["ratio_p50_to_least_target"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(least.h.percentile(50)));
     x["ratio_mean_to_least_target"] = ratio(r.h.mean(), least.h.mean());
     x["ratio_p50_to_busy_floor"] = ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50)));
+    x["ratio_mean_to_busy_floor_median_of_rounds"] = median_round_ratio(r, floor);
+    x["ratio_mean_to_least_target_median_of_rounds"] = median_round_ratio(r, least);
     jqp[r.name] = x;
   }
   const nlohmann::json j = {{"config", {{"seconds", seconds}, {"rounds", rounds}, {"client_cpu", client_cpu},
@@ -969,11 +1000,11 @@ int main(int argc, char** argv) {
     return rc;
   }
   std::printf("QD1 4 KiB read, loopback, initiator CPU %d, target CPU %d\n", client_cpu, server_cpu);
-  std::printf("  %-40s %8s %8s %8s %8s %10s %10s %8s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
-              "tgtCPU/IO", "p50/fl", "mean/fl", "p99/fl");
+  std::printf("  %-40s %8s %8s %8s %8s %10s %10s %8s %8s %8s %8s\n", "(us)", "p50", "p99", "p99.9", "mean", "CPU/IO",
+              "tgtCPU/IO", "p50/fl", "mean/fl", "p99/fl", "rnd/fl");
   auto print_row = [&](const Row& r) {
     const auto n = static_cast<double>(r.h.count());
-    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f %7.2fx %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
+    std::printf("  %-40s %8.2f %8.2f %8.2f %8.2f %10.2f %10.2f %7.2fx %7.2fx %7.2fx %7.2fx  (%llu I/Os)\n", r.name.c_str(),
                 static_cast<double>(r.h.percentile(50)) / 1e3, static_cast<double>(r.h.percentile(99)) / 1e3,
                 static_cast<double>(r.h.percentile(99.9)) / 1e3, r.h.mean() / 1e3,
                 n > 0 ? static_cast<double>(r.cpu_ns) / 1e3 / n : 0.0,
@@ -981,7 +1012,7 @@ int main(int argc, char** argv) {
                 ratio(static_cast<double>(r.h.percentile(50)), static_cast<double>(floor.h.percentile(50))),
                 ratio(r.h.mean(), floor.h.mean()),
                 ratio(static_cast<double>(r.h.percentile(99)), static_cast<double>(floor.h.percentile(99))),
-                static_cast<unsigned long long>(r.h.count()));
+                median_round_ratio(r, floor), static_cast<unsigned long long>(r.h.count()));
   };
   for (const Floor& f : floors) print_row(f.row);
   for (const Row& r : qd1_all) print_row(r);
@@ -989,10 +1020,11 @@ int main(int argc, char** argv) {
   if (!qprows.empty()) {
     const Row& least = qprows.back();
     for (size_t k = 0; k + 1 < qprows.size(); ++k)
-      std::printf("  the target (%s) over the least target, same queue pair: p50 %.2fx, mean %.2fx\n",
+      std::printf("  the target (%s) over the least target, same queue pair: p50 %.2fx, mean %.2fx, "
+                  "median of the rounds' means %.2fx\n",
                   target_polls[k].c_str(),
                   ratio(static_cast<double>(qprows[k].h.percentile(50)), static_cast<double>(least.h.percentile(50))),
-                  ratio(qprows[k].h.mean(), least.h.mean()));
+                  ratio(qprows[k].h.mean(), least.h.mean()), median_round_ratio(qprows[k], least));
   }
   if (depth > 1) std::printf("4 KiB randread QD%u, one reactor\n", depth);
   for (const Row& r : qdn) {
