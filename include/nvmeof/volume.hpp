@@ -205,6 +205,9 @@ struct VolumeStats {
   /// CPU time each reactor thread has used since it started (its thread CPU clock): what the
   /// poll mode costs, to set against `completed`.
   std::vector<uint64_t> reactor_cpu_ns;
+  /// Reactors that did not answer within 200 ms (one held up by a completion callback that
+  /// blocks): their paths' latency and outstanding counts are missing from these stats.
+  uint32_t lanes_unanswered = 0;
 };
 
 /// Text and JSON (snake_case keys, arrays always arrays) forms of the stats.

@@ -994,7 +994,7 @@ int Lane::turn() noexcept {
   return events;
 }
 
-Lane::Snapshot Lane::snapshot() {
+Lane::Snapshot Lane::snapshot(size_t npaths, std::chrono::milliseconds wait) {
   auto take = [this] {
     Snapshot s;
     for (auto& lp : paths_) {
@@ -1005,10 +1005,16 @@ Lane::Snapshot Lane::snapshot() {
     return s;
   };
   if (on_lane_thread()) return take();
-  std::promise<Snapshot> pr;
-  auto fut = pr.get_future();
-  post([&pr, &take] { pr.set_value(take()); });
-  return fut.get();
+  // The promise is shared with the posted function: it may run after this call gave up.
+  auto pr = std::make_shared<std::promise<Snapshot>>();
+  auto fut = pr->get_future();
+  post([pr, take] { pr->set_value(take()); });
+  if (fut.wait_for(wait) == std::future_status::ready) return fut.get();
+  Snapshot s;
+  s.answered = false;
+  s.latency.resize(npaths);
+  s.outstanding.resize(npaths);
+  return s;
 }
 
 }  // namespace nvmeof::detail

@@ -7,6 +7,10 @@
 #include "multipath/volume_impl.hpp"
 
 namespace nvmeof {
+namespace {
+// How long stats() waits for each reactor's answer (VolumeStats::lanes_unanswered).
+constexpr std::chrono::milliseconds kSnapshotWait{200};
+}  // namespace
 
 const char* to_string(SelectorKind k) noexcept {
   switch (k) {
@@ -65,7 +69,11 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   s.failed = v.failed_.load();
   const double secs = static_cast<double>(Reactor::clock_ns() - v.open_ns_) / 1e9;
   std::vector<detail::Lane::Snapshot> snaps;
-  for (auto& l : v.lanes_) snaps.push_back(l->snapshot());
+  // A lane held up (a completion callback that blocks) must not hold up stats() with it.
+  for (auto& l : v.lanes_) {
+    snaps.push_back(l->snapshot(v.paths_.size(), kSnapshotWait));
+    if (!snaps.back().answered) ++s.lanes_unanswered;
+  }
   for (size_t p = 0; p < v.paths_.size(); ++p) {
     const auto& sp = *v.paths_[p];
     PathStats ps;
@@ -101,8 +109,10 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
       ps.read_bytes += lp.read_bytes.load(std::memory_order_relaxed);
       ps.writes += lp.write_ios.load(std::memory_order_relaxed);
       ps.write_bytes += lp.write_bytes.load(std::memory_order_relaxed);
-      h.merge(snaps[l].latency[p]);
-      ps.outstanding += snaps[l].outstanding[p];
+      if (p < snaps[l].latency.size()) {
+        h.merge(snaps[l].latency[p]);
+        ps.outstanding += snaps[l].outstanding[p];
+      }
     }
     if (all) all->merge(h);
     ps.iops = secs > 0 ? static_cast<double>(ps.ios) / secs : 0;
@@ -133,6 +143,7 @@ std::string to_json(const VolumeStats& s) {
   j["waiting"] = s.waiting;
   j["poll"] = to_string(s.poll);
   j["reactor_cpu_ns"] = s.reactor_cpu_ns;
+  j["lanes_unanswered"] = s.lanes_unanswered;
   j["paths"] = json::array();
   for (const auto& p : s.paths) {
     j["paths"].push_back({{"index", p.index}, {"address", p.address}, {"state", to_string(p.state)},
@@ -183,6 +194,11 @@ std::string to_text(const VolumeStats& s) {
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                   static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
                   static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
+    out += line;
+  }
+  if (s.lanes_unanswered) {
+    std::snprintf(line, sizeof line, "  (%u reactors did not answer in time: their latency and outstanding counts are missing)\n",
+                  s.lanes_unanswered);
     out += line;
   }
   if (s.timeline_dropped) {

@@ -7,9 +7,12 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <time.h>
 
@@ -211,4 +214,75 @@ TEST_CASE("a sleeping target moves verified data", "[poll][target]") {
   Rig rig(PollMode::busy, 1, TargetPoll::sleep);
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
+}
+
+// stats() asks each reactor for its own figures. A completion callback that blocks holds its
+// reactor up; stats() then answers without that reactor's figures (and says so) instead of
+// waiting with it: a caller that holds what the callback waits for (Python's GIL, say) would
+// otherwise never get its answer.
+namespace {
+struct HeldRead {
+  std::promise<void> entered;
+  std::shared_future<void> release;
+  NvmeStatus status{};
+  static void done(VolumeIo& io, NvmeStatus st) noexcept {
+    auto& h = *static_cast<HeldRead*>(io.user);
+    h.status = st;
+    h.entered.set_value();
+    h.release.wait();
+  }
+};
+void write_sync(Volume& v, const void* buf, uint64_t slba) {
+  std::promise<NvmeStatus> p;
+  VolumeIo io;
+  io.op = IoOp::write;
+  io.slba = slba;
+  io.nlb = 1;
+  io.buf = const_cast<void*>(buf);
+  io.user = &p;
+  io.done = [](VolumeIo& x, NvmeStatus st) noexcept { static_cast<std::promise<NvmeStatus>*>(x.user)->set_value(st); };
+  REQUIRE(v.submit(io) == 0);
+  auto f = p.get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  REQUIRE(f.get().is_success());
+}
+}  // namespace
+
+TEST_CASE("stats() answers while a completion callback holds its reactor up", "[poll][stats]") {
+  Rig rig(PollMode::adaptive);
+  const uint32_t bs = rig.vol->block_size();
+  std::vector<uint8_t> pattern(bs), got(bs, 0);
+  for (uint32_t i = 0; i < bs; ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 3);
+  write_sync(*rig.vol, pattern.data(), 9);
+  CHECK(rig.vol->stats().lanes_unanswered == 0);
+
+  std::promise<void> release;
+  HeldRead held;
+  held.release = release.get_future().share();
+  VolumeIo io;
+  io.op = IoOp::read;
+  io.slba = 9;
+  io.nlb = 1;
+  io.buf = got.data();
+  io.user = &held;
+  io.done = &HeldRead::done;
+  REQUIRE(rig.vol->submit(io) == 0);
+  REQUIRE(held.entered.get_future().wait_for(10s) == std::future_status::ready);
+
+  // The reactor is inside the callback now. Without a bounded wait, stats() never returns.
+  auto during = std::async(std::launch::async, [&] { return rig.vol->stats(); });
+  const bool answered = during.wait_for(10s) == std::future_status::ready;
+  release.set_value();  // before any REQUIRE: the reactor must not stay held if this fails
+  REQUIRE(answered);
+  const VolumeStats s = during.get();
+  CHECK(s.lanes_unanswered == 1);
+  REQUIRE(s.paths.size() == 1);
+  CHECK(to_json(s).find("\"lanes_unanswered\": 1") != std::string::npos);
+
+  // Released, the reactor answers again, and the held read delivered the data written.
+  CHECK(held.status.is_success());
+  CHECK(got == pattern);
+  const VolumeStats after = rig.vol->stats();
+  CHECK(after.lanes_unanswered == 0);
+  CHECK(after.paths[0].ios >= 2);
 }
