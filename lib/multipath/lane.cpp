@@ -994,7 +994,7 @@ int Lane::turn() noexcept {
   return events;
 }
 
-Lane::Snapshot Lane::snapshot(size_t npaths, std::chrono::milliseconds wait) {
+Lane::Snapshot Lane::snapshot(std::chrono::milliseconds wait) {
   auto take = [this] {
     Snapshot s;
     for (auto& lp : paths_) {
@@ -1012,8 +1012,6 @@ Lane::Snapshot Lane::snapshot(size_t npaths, std::chrono::milliseconds wait) {
   if (fut.wait_for(wait) == std::future_status::ready) return fut.get();
   Snapshot s;
   s.answered = false;
-  s.latency.resize(npaths);
-  s.outstanding.resize(npaths);
   return s;
 }
 

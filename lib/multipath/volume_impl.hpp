@@ -207,12 +207,12 @@ class Lane final : public QueuePairListener {
     std::vector<LatencyHistogram> latency;
     std::vector<uint32_t> outstanding;
     uint64_t waiting = 0;
-    bool answered = true;  // false: the lane did not answer within the wait; all zeroes
+    bool answered = true;  // false: the lane did not answer within the wait; nothing else set
   };
   /// The lane's own figures, taken on its thread. From another thread: posted, and waited for
   /// at most `wait`; a lane held up longer (a completion callback that blocks, a stopped
-  /// lane) gives an unanswered snapshot of `npaths` empty entries instead of blocking stats().
-  Snapshot snapshot(size_t npaths, std::chrono::milliseconds wait);
+  /// lane) gives an empty, unanswered snapshot instead of blocking stats().
+  Snapshot snapshot(std::chrono::milliseconds wait);
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
   /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.

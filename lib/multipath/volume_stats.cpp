@@ -71,7 +71,7 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   std::vector<detail::Lane::Snapshot> snaps;
   // A lane held up (a completion callback that blocks) must not hold up stats() with it.
   for (auto& l : v.lanes_) {
-    snaps.push_back(l->snapshot(v.paths_.size(), kSnapshotWait));
+    snaps.push_back(l->snapshot(kSnapshotWait));
     if (!snaps.back().answered) ++s.lanes_unanswered;
   }
   for (size_t p = 0; p < v.paths_.size(); ++p) {
