@@ -994,7 +994,7 @@ int Lane::turn() noexcept {
   return events;
 }
 
-Lane::Snapshot Lane::snapshot(std::chrono::milliseconds wait) {
+std::future<Lane::Snapshot> Lane::snapshot_request() {
   auto take = [this] {
     Snapshot s;
     for (auto& lp : paths_) {
@@ -1004,12 +1004,18 @@ Lane::Snapshot Lane::snapshot(std::chrono::milliseconds wait) {
     s.waiting = waiting_.size;
     return s;
   };
-  if (on_lane_thread()) return take();
-  // The promise is shared with the posted function: it may run after this call gave up.
+  // The promise is shared with the posted function: it may run after its asker gave up.
   auto pr = std::make_shared<std::promise<Snapshot>>();
   auto fut = pr->get_future();
-  post([pr, take] { pr->set_value(take()); });
-  if (fut.wait_for(wait) == std::future_status::ready) return fut.get();
+  if (on_lane_thread())
+    pr->set_value(take());
+  else
+    post([pr, take] { pr->set_value(take()); });
+  return fut;
+}
+
+Lane::Snapshot Lane::snapshot_wait(std::future<Snapshot>& f, std::chrono::steady_clock::time_point deadline) {
+  if (f.wait_until(deadline) == std::future_status::ready) return f.get();
   Snapshot s;
   s.answered = false;
   return s;

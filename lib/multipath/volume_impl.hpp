@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -209,10 +211,13 @@ class Lane final : public QueuePairListener {
     uint64_t waiting = 0;
     bool answered = true;  // false: the lane did not answer within the wait; nothing else set
   };
-  /// The lane's own figures, taken on its thread. From another thread: posted, and waited for
-  /// at most `wait`; a lane held up longer (a completion callback that blocks, a stopped
-  /// lane) gives an empty, unanswered snapshot instead of blocking stats().
-  Snapshot snapshot(std::chrono::milliseconds wait);
+  /// The lane's own figures, taken on its thread: asked for with snapshot_request() (posted
+  /// from another thread, taken at once on the lane's own), then received with
+  /// snapshot_wait() by `deadline`; a lane held up longer (a completion callback that blocks,
+  /// a stopped lane) gives an empty, unanswered snapshot instead of blocking stats(). Asking
+  /// every lane first makes stats() wait once for all of them, not once per held-up lane.
+  std::future<Snapshot> snapshot_request();
+  static Snapshot snapshot_wait(std::future<Snapshot>& f, std::chrono::steady_clock::time_point deadline);
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
   /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.

@@ -68,10 +68,14 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   s.completed = v.completed_.load();
   s.failed = v.failed_.load();
   const double secs = static_cast<double>(Reactor::clock_ns() - v.open_ns_) / 1e9;
+  // A lane held up (a completion callback that blocks) must not hold up stats() with it: every
+  // lane is asked first, then all are waited for by one deadline.
+  std::vector<std::future<detail::Lane::Snapshot>> asked;
+  for (auto& l : v.lanes_) asked.push_back(l->snapshot_request());
+  const auto deadline = std::chrono::steady_clock::now() + kSnapshotWait;
   std::vector<detail::Lane::Snapshot> snaps;
-  // A lane held up (a completion callback that blocks) must not hold up stats() with it.
-  for (auto& l : v.lanes_) {
-    snaps.push_back(l->snapshot(kSnapshotWait));
+  for (auto& f : asked) {
+    snaps.push_back(detail::Lane::snapshot_wait(f, deadline));
     if (!snaps.back().answered) ++s.lanes_unanswered;
   }
   for (size_t p = 0; p < v.paths_.size(); ++p) {
