@@ -32,6 +32,9 @@ constexpr uint64_t kEmbeddedNamespaceBytes = 256ull << 20;
 constexpr uint64_t kDefaultWorkingSetCap = 1ull << 30;
 constexpr auto kAnaChangeHold = std::chrono::milliseconds(100);
 constexpr auto kSweepTimeout = std::chrono::minutes(10);
+// How often the main thread looks at a run with no faults and no latency log (service() is
+// woken at once by a parked slot; the progress line redraws far less often).
+constexpr uint64_t kQuietTickNs = 50'000'000;
 
 uint64_t to_ns(std::chrono::nanoseconds d) { return static_cast<uint64_t>(d.count()); }
 
@@ -325,12 +328,18 @@ int main(int argc, char** argv) {
     report.timed_start_ns = t0;
     report.fault.inject_ns = t0;  // the timeline's origin until a fault is injected
     ProgressLine progress(o.progress && !o.json, to_ns(o.runtime));
-    for (uint64_t now = t0; now < t0 + to_ns(o.runtime); now = monotonic_ns()) {
+    // Faults and the latency log want millisecond ticks; a plain run only needs this thread for
+    // parked slots (woken at once), the progress line and the end. A QD1 run's p99 against a
+    // polling target was 2.5x its p50 with a wake-up every millisecond (each one preempts the
+    // polling reactor or target on a 2-core machine) and 1.3x with this.
+    const uint64_t tick_ns = !report.steps.empty() || recorder ? 1'000'000 : kQuietTickNs;
+    const uint64_t end = t0 + to_ns(o.runtime);
+    for (uint64_t now = t0; now < end; now = monotonic_ns()) {
       progress.tick(now, t0, *volume);
       if (recorder) recorder->note_usable(now, volume->usable_paths());
       faults.tick(now, t0, work, *volume, report);
       work.service();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      work.wait_for_park(std::chrono::nanoseconds(std::min(tick_ns, end - now)));
     }
     progress.finish();
     report.timed_end_ns = monotonic_ns();

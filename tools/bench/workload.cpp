@@ -152,6 +152,13 @@ void Workload::service() noexcept {
   }
 }
 
+bool Workload::wait_for_park(std::chrono::nanoseconds max) {
+  if (!parks_.try_acquire_for(max)) return false;
+  while (parks_.try_acquire()) {
+  }
+  return true;
+}
+
 bool Workload::wait_idle(std::chrono::milliseconds timeout) {
   const uint64_t deadline = monotonic_ns() + static_cast<uint64_t>(timeout.count()) * 1'000'000ull;
   while (active() != 0) {
@@ -225,6 +232,7 @@ void Workload::issue(Slot& s) noexcept {
   if (rc == 0) return;
   if (rc == -EAGAIN) {
     s.parked.store(true, std::memory_order_release);
+    parks_.release();
     return;
   }
   s.inflight_since.store(0, std::memory_order_relaxed);

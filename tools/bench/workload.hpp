@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <semaphore>
 #include <vector>
 
 #include "bench/intervals.hpp"
@@ -141,8 +142,14 @@ class Workload {
   /// phase runs until request_stop().
   void start(Phase phase);
   void request_stop() noexcept;
-  /// Resubmits slots whose submit() found the ring full. Call every millisecond or so.
+  /// Resubmits slots whose submit() found the ring full. Call every millisecond or so, or
+  /// after wait_for_park() says a slot parked.
   void service() noexcept;
+  /// Sleeps until a slot parks (its submit() found the ring full) or `max` has passed; true
+  /// when a slot parked. Lets the main thread sleep long while nothing needs it: each of its
+  /// wake-ups takes a CPU from a polling reactor or target for a moment, which shows in the
+  /// latency tail (p99) of a QD1 run.
+  bool wait_for_park(std::chrono::nanoseconds max);
   /// Waits (servicing) until no slot has an I/O in flight. False on timeout.
   bool wait_idle(std::chrono::milliseconds timeout);
   /// I/Os in flight or waiting to be resubmitted.
@@ -195,6 +202,7 @@ class Workload {
   std::atomic<uint64_t> sweep_cursor_{0};
   std::atomic<unsigned> active_{0};
   std::atomic<bool> stop_{false};
+  std::counting_semaphore<> parks_{0};  // released once per parked slot
   std::atomic<uint64_t> fault_ns_{0};
   std::atomic<uint64_t> last_completion_ns_{0};
   /// Window k starts at window_start_[k]; written before window_count_ is raised (release).

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""SPDK side by side: QD1 (and optionally QD-N) 4 KiB random reads over NVMe/TCP on loopback,
+each initiator against each target, in alternating rounds.
+
+Initiators: SPDK's spdk_nvme_perf (polls) and nvmeof-bench (one reactor, in each --modes poll
+mode; --no-verify, as perf checks no data either). Targets: SPDK's nvmf_tgt (a 64 MiB Malloc
+bdev) and nvmeof-target (--poll busy, 64 MiB RAM namespace). Initiators run on --client-cpu,
+targets on --server-cpu. Both targets stay up
+for the whole run; the one not being measured is stopped (SIGSTOP), so a polling target never
+takes the CPU from the other. Every round runs every pair once, the order turning each round,
+so drift of a shared machine hits all pairs alike.
+
+The report gives, per pair, the median over the rounds of each run's mean latency, its p99 and
+IOPS, then paired ratios (each round's ratio, median over the rounds):
+  - initiator: nvmeof-bench over spdk_nvme_perf, on each target;
+  - target: nvmeof-target over nvmf_tgt, for each initiator.
+
+SPDK is not a Debian package: build it with bench/spdk_baseline.sh (its binaries and rpc.py are
+what --spdk names). A benchmark, not a test: nothing is asserted.
+  bench/spdk_compare.py --spdk DIR [--build build] [--seconds 5] [--rounds 6] [--iodepth 1]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+NQN = "nqn.2016-06.io.spdk:cnode1"
+# spdk_nvme_perf sends an empty HOSTNQN unless it is given one; nvmeof-target refuses a Connect
+# that names no host (Connect Invalid Parameters at the HOSTNQN offset), so perf names one.
+HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:5d1e0c59-4a43-4bd1-9d7e-31a6b0c2f001"
+
+
+def wait_port(port, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hugepages_free():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("HugePages_Free:"):
+                    free = int(line.split()[1])
+        with open("/proc/mounts") as f:
+            mounted = any(" hugetlbfs " in line for line in f)
+        return free > 0 and mounted
+    except OSError:
+        return False
+
+
+class Spdk:
+    def __init__(self, root):
+        self.root = root
+        self.tgt = os.path.join(root, "build/bin/nvmf_tgt")
+        self.perf = os.path.join(root, "build/bin/spdk_nvme_perf")
+        self.rpc_py = os.path.join(root, "scripts/rpc.py")
+        self.huge = hugepages_free()
+
+    def mem(self, mb):
+        return ["-s", str(mb)] if self.huge else ["--no-huge", "-s", str(mb)]
+
+    def ok(self):
+        return all(os.access(p, os.X_OK) for p in (self.tgt, self.perf)) and os.path.exists(self.rpc_py)
+
+
+class Target:
+    def __init__(self, name, proc):
+        self.name, self.proc = name, proc
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_spdk_target(spdk, cpu, port, logdir):
+    sock = os.path.join(logdir, "spdk.sock")
+    log = open(os.path.join(logdir, "nvmf_tgt.log"), "w")
+    proc = subprocess.Popen([spdk.tgt, "-m", hex(1 << cpu), *spdk.mem(1024), "-r", sock],
+                            stdout=log, stderr=subprocess.STDOUT)
+    t = Target("nvmf_tgt", proc)
+
+    def rpc(*args):
+        subprocess.run(["/usr/bin/python3", spdk.rpc_py, "-s", sock, "-t", "10", *args], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    end = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nvmf_tgt exited (see {log.name})")
+        if os.path.exists(sock):
+            try:
+                rpc("framework_wait_init")
+                break
+            except subprocess.CalledProcessError:
+                pass
+        if time.monotonic() > end:
+            t.stop()
+            raise RuntimeError("nvmf_tgt did not come up")
+        time.sleep(0.2)
+    rpc("nvmf_create_transport", "-t", "TCP")
+    rpc("bdev_malloc_create", "-b", "Malloc0", "64", "4096")
+    rpc("nvmf_create_subsystem", NQN, "-a", "-s", "SPDK00000000000001")
+    rpc("nvmf_subsystem_add_ns", NQN, "Malloc0")
+    rpc("nvmf_subsystem_add_listener", NQN, "-t", "tcp", "-a", "127.0.0.1", "-s", str(port))
+    if not wait_port(port):
+        t.stop()
+        raise RuntimeError("nvmf_tgt does not listen")
+    return t
+
+
+def start_our_target(build, cpu, port, logdir):
+    log = open(os.path.join(logdir, "nvmeof-target.log"), "w")
+    proc = subprocess.Popen(["taskset", "-c", str(cpu), os.path.join(build, "tools/nvmeof-target"),
+                             "--listen", f"127.0.0.1:{port}", "--poll", "busy", "--size", "64M", "--nqn", NQN],
+                            stdout=log, stderr=subprocess.STDOUT)
+    t = Target("nvmeof-target", proc)
+    if not wait_port(port):
+        t.stop()
+        raise RuntimeError(f"nvmeof-target does not listen (see {log.name})")
+    return t
+
+
+def run_perf(spdk, cpu, port, depth, secs):
+    trid = f"trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{HOSTNQN}"
+    out = subprocess.run([spdk.perf, "-q", str(depth), "-o", "4096", "-w", "randread", "-t", str(secs),
+                          "-c", hex(1 << cpu), *spdk.mem(512), "-L", "-r", trid],
+                         capture_output=True, text=True, timeout=secs + 60)
+    text = out.stdout + out.stderr
+    m = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", text, re.M)
+    if out.returncode != 0 or not m:
+        raise RuntimeError("spdk_nvme_perf failed:\n" + text[-2000:])
+    p99 = re.search(r"^\s*99\.00000%\s*:\s*([\d.]+)us", text, re.M)
+    return {"iops": float(m.group(1)), "mean_us": float(m.group(3)), "p99_us": float(p99.group(1)) if p99 else None}
+
+
+def run_bench(build, mode, cpu, port, depth, secs):
+    out = subprocess.run([os.path.join(build, "tools/nvmeof-bench"), "--target", f"127.0.0.1:{port}", "--nqn", NQN,
+                          "--rw", "randread", "--bs", "4k", "--iodepth", str(depth), "--poll", mode,
+                          "--cpus", str(cpu), "--runtime", f"{secs}s", "--size", "64m", "--no-verify", "--json",
+                          "--no-progress"],
+                         capture_output=True, text=True, timeout=secs + 60)
+    if out.returncode != 0:
+        raise RuntimeError("nvmeof-bench failed:\n" + (out.stdout + out.stderr)[-2000:])
+    r = json.loads(out.stdout)["read"]
+    return {"iops": r["iops"], "mean_us": r["latency_us"]["mean"], "p99_us": r["latency_us"]["p99"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spdk", required=True, help="SPDK tree with build/bin/{nvmf_tgt,spdk_nvme_perf} and scripts/rpc.py")
+    ap.add_argument("--build", default="build", help="our build directory")
+    ap.add_argument("--seconds", type=int, default=5, help="per run")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--iodepth", type=int, nargs="+", default=[1], help="queue depths (each a set of runs)")
+    ap.add_argument("--modes", nargs="+", default=["busy"], choices=["busy", "adaptive", "sleep"],
+                    help="nvmeof-bench poll modes")
+    ap.add_argument("--client-cpu", type=int, default=0)
+    ap.add_argument("--server-cpu", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="each run's figures on stderr as it ends")
+    a = ap.parse_args()
+    spdk = Spdk(a.spdk)
+    if not spdk.ok():
+        print(f"spdk_compare: no SPDK build under {a.spdk} (bench/spdk_baseline.sh builds one)", file=sys.stderr)
+        return 77
+
+    logdir = tempfile.mkdtemp(prefix="spdk_compare.")
+    targets = []
+    try:
+        ports = [free_port(), free_port()]
+        targets.append(start_spdk_target(spdk, a.server_cpu, ports[0], logdir))
+        targets.append(start_our_target(a.build, a.server_cpu, ports[1], logdir))
+        for t in targets:
+            t.pause()
+        inits = [("spdk_nvme_perf", None)] + [(f"nvmeof-bench {m}", m) for m in a.modes]
+        res = {}  # (depth, init, target) -> [run, ...]
+        for r in range(a.rounds):
+            order = list(range(len(targets)))
+            if r % 2:
+                order.reverse()
+            for ti in order:
+                t = targets[ti]
+                t.resume()
+                try:
+                    for depth in a.iodepth:
+                        io = inits[r % len(inits):] + inits[:r % len(inits)]
+                        for name, mode in io:
+                            t0 = time.monotonic()
+                            run = (run_perf(spdk, a.client_cpu, ports[ti], depth, a.seconds) if mode is None
+                                   else run_bench(a.build, mode, a.client_cpu, ports[ti], depth, a.seconds))
+                            res.setdefault((depth, name, t.name), []).append(run)
+                            if a.verbose:
+                                print(f"spdk_compare: {name} -> {t.name} QD{depth}: {run['mean_us']:.2f} us mean, "
+                                      f"{run['iops']:.0f} IOPS ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+                finally:
+                    t.pause()
+            print(f"spdk_compare: round {r + 1}/{a.rounds} done", file=sys.stderr)
+    finally:
+        for t in targets:
+            t.stop()
+
+    def med(runs, k):
+        v = [x[k] for x in runs if x[k] is not None]
+        return statistics.median(v) if v else float("nan")
+
+    def paired(num, den):
+        return statistics.median(x["mean_us"] / y["mean_us"] for x, y in zip(num, den))
+
+    report = {"seconds": a.seconds, "rounds": a.rounds, "client_cpu": a.client_cpu, "server_cpu": a.server_cpu,
+              "hugepages": spdk.huge, "pairs": [], "initiator_ratios": [], "target_ratios": []}
+    tnames = [t.name for t in targets]
+    for depth in a.iodepth:
+        for name, _ in inits:
+            for tn in tnames:
+                runs = res[(depth, name, tn)]
+                report["pairs"].append({"iodepth": depth, "initiator": name, "target": tn,
+                                        "mean_us_median": med(runs, "mean_us"), "p99_us_median": med(runs, "p99_us"),
+                                        "iops_median": med(runs, "iops"), "runs": runs})
+        for name, _ in inits[1:]:
+            for tn in tnames:
+                report["initiator_ratios"].append({"iodepth": depth, "initiator": name, "target": tn,
+                                                   "mean_over_spdk_perf": paired(res[(depth, name, tn)],
+                                                                                 res[(depth, "spdk_nvme_perf", tn)])})
+        for name, _ in inits:
+            report["target_ratios"].append({"iodepth": depth, "initiator": name,
+                                            "nvmeof_target_over_nvmf_tgt": paired(res[(depth, name, "nvmeof-target")],
+                                                                                  res[(depth, name, "nvmf_tgt")])})
+    if a.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"4 KiB random reads, loopback NVMe/TCP, initiator CPU {a.client_cpu}, target CPU {a.server_cpu}, "
+          f"{a.rounds} rounds x {a.seconds} s per pair (medians over the rounds)")
+    print(f"  {'initiator':<22} {'target':<15} {'QD':>4} {'mean us':>9} {'p99 us':>9} {'IOPS':>10}")
+    for p in report["pairs"]:
+        p99 = p["p99_us_median"]
+        print(f"  {p['initiator']:<22} {p['target']:<15} {p['iodepth']:>4} {p['mean_us_median']:>9.2f} "
+              f"{p99:>9.2f} {p['iops_median']:>10.0f}")
+    print("Paired ratios of the mean (each round's, median over the rounds):")
+    for x in report["initiator_ratios"]:
+        print(f"  QD{x['iodepth']} {x['initiator']} over spdk_nvme_perf, target {x['target']}: "
+              f"{x['mean_over_spdk_perf']:.2f}x")
+    for x in report["target_ratios"]:
+        print(f"  QD{x['iodepth']} nvmeof-target over nvmf_tgt, initiator {x['initiator']}: "
+              f"{x['nvmeof_target_over_nvmf_tgt']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
