@@ -22,11 +22,13 @@ constexpr uint32_t kSqeQidOffset = 42;
 constexpr uint32_t kSqeSqsizeOffset = 44;
 constexpr uint32_t kSqeCattrOffset = 46;
 
-// Connect Invalid Parameters: DW0 bit 16 IATTR (1: in the connect data), bits 15:0 IPO.
-ConnectResult invalid(bool in_data, uint32_t offset) {
+// Connect Invalid Parameters: DW0 bit 16 IATTR (1: in the connect data), bits 15:0 IPO; `why`
+// for the line the connection logs.
+ConnectResult invalid(bool in_data, uint32_t offset, const char* why) {
   ConnectResult r;
   r.status = status::kConnectInvalidParameters;
   r.dw0 = (in_data ? 1u << 16 : 0u) | offset;
+  r.refused_why = why;
   return r;
 }
 
@@ -64,9 +66,14 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   const std::string hostnqn = bounded(d.hostnqn);
 
   // Who connects must be named: allow lists and CCR's same-host rule rest on it.
-  if (hostnqn.empty()) return invalid(true, offsetof(nvmf_connect_data, hostnqn));
+  if (hostnqn.empty())
+    return invalid(true, offsetof(nvmf_connect_data, hostnqn), "the Connect names no host (HOSTNQN is empty)");
   Subsystem* subsys = core.subsystem(subnqn);
-  if (!subsys) return invalid(true, offsetof(nvmf_connect_data, subsysnqn));
+  if (!subsys) {
+    ConnectResult r = invalid(true, offsetof(nvmf_connect_data, subsysnqn), "no such subsystem (SUBNQN)");
+    r.refused_subsystem = printable(subnqn);
+    return r;
+  }
   // Access control, admin and I/O queues alike (the discovery subsystem allows any host).
   if (!subsys->allows(hostnqn)) {
     ConnectResult r = failed(status::kConnectInvalidHost);
@@ -74,7 +81,8 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
     r.refused_subsystem = printable(subnqn);
     return r;
   }
-  if (sqsize == 0 || sqsize + 1 > core.opts.max_queue_depth) return invalid(false, kSqeSqsizeOffset);
+  if (sqsize == 0 || sqsize + 1 > core.opts.max_queue_depth)
+    return invalid(false, kSqeSqsizeOffset, "SQSIZE is 0 or above the maximum queue depth");
 
   ConnectResult r;
   r.subsys = subsys;
@@ -82,17 +90,19 @@ ConnectResult accept_connect(TargetCore& core, size_t port, const Sqe& c,
   r.sq_entries = sqsize + 1;
   r.sq_flow_control = ((c.cdw11 >> 16) & kConnectDisableSqFlowControl) == 0;
   if (!r.sq_flow_control && !core.opts.allow_sq_flow_control_disable)
-    return invalid(false, kSqeCattrOffset);
+    return invalid(false, kSqeCattrOffset, "SQ flow control may not be disabled (CATTR)");
   if (qid == 0) {
     r.ctrl = subsys->create_controller(port, hostnqn, d.hostid);
     if (!r.ctrl) return failed(kControllerBusy);
     r.ctrl->set_kato(c.cdw12);
     r.ctrl->attach_admin(conn);
   } else {
-    if (subsys->is_discovery() || qid > core.opts.max_io_queues) return invalid(false, kSqeQidOffset);
+    if (subsys->is_discovery() || qid > core.opts.max_io_queues)
+      return invalid(false, kSqeQidOffset, "no such I/O queue (QID)");
     r.ctrl = subsys->controller(d.cntlid);
-    if (!r.ctrl) return invalid(true, offsetof(nvmf_connect_data, cntlid));
-    if (!r.ctrl->same_host(hostnqn, d.hostid)) return invalid(true, offsetof(nvmf_connect_data, hostnqn));
+    if (!r.ctrl) return invalid(true, offsetof(nvmf_connect_data, cntlid), "no such controller (CNTLID)");
+    if (!r.ctrl->same_host(hostnqn, d.hostid))
+      return invalid(true, offsetof(nvmf_connect_data, hostnqn), "another host's controller (HOSTNQN or HOSTID)");
     if (auto st = r.ctrl->bind_io_queue(qid, conn); !st.is_success()) return failed(st);
   }
   r.ctrl->touch(now_ns());

@@ -34,6 +34,8 @@ struct ConnectResult {
   /// for the one line the connection logs.
   std::string refused_host;
   std::string refused_subsystem;
+  /// Set with status connect-invalid-parameters: which parameter, in words (logged).
+  const char* refused_why = nullptr;
 };
 
 /// Validates and executes a Connect that arrived on `port` with connect data `data`.

@@ -223,6 +223,13 @@ void TcpConnection::execute_connect(Slot& s) {
     std::snprintf(detail, sizeof detail, "host %s is not allowed to use %s (%s)",
                   r.refused_host.c_str(), r.refused_subsystem.c_str(), to_string(r.status).c_str());
     log("connect refused", detail);
+  } else if (r.refused_why) {
+    // Always logged too: a host that sends what this target cannot take (an initiator that
+    // leaves HOSTNQN empty, say) learns why only from here; the status carries the offset.
+    char detail[600];
+    std::snprintf(detail, sizeof detail, "%s%s%s (%s)", r.refused_why, r.refused_subsystem.empty() ? "" : ": ",
+                  r.refused_subsystem.c_str(), to_string(r.status).c_str());
+    log("connect refused", detail);
   } else if (core_.opts.log_connections) {
     log("connect refused", to_string(r.status).c_str());
   }

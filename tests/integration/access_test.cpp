@@ -339,3 +339,54 @@ TEST_CASE("nvmeof-target: bad access flags give clear errors", "[access][cli]") 
     CHECK_THAT(r.output, !Catch::Contains("ZjUzNzE2"));  // a secret is never echoed
   }
 }
+
+// A Connect the target cannot take gets Connect Invalid Parameters with the offset of the bad
+// field, and the target's log says which field in words, always (not only with connection
+// logging): an initiator that sends an empty HOSTNQN (spdk_nvme_perf does unless given one)
+// otherwise sees only a status code.
+TEST_CASE("nvmeof-target: a refused Connect is logged with its reason", "[access][cli]") {
+  test::ToolProcess proc({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", target_bin(), "--size", "4M", "--nqn", kNqn,
+                          "--listen", "127.0.0.1:0"});
+  uint16_t port = 0;
+  for (;;) {
+    const std::string line = proc.read_line();
+    REQUIRE_FALSE(line.empty());  // EOF or 20 s without a line
+    const std::string key = "listening on 127.0.0.1:";
+    if (const size_t at = line.find(key); at != std::string::npos && port == 0)
+      port = static_cast<uint16_t>(std::stoul(line.substr(at + key.size())));
+    if (line.find("may connect") != std::string::npos) break;
+  }
+  REQUIRE(port != 0);
+  auto refused_line = [&](const std::string& says) {
+    for (;;) {
+      const std::string line = proc.read_line();
+      if (line.empty()) return std::string();
+      if (line.find("connect refused") != std::string::npos) {
+        CHECK_THAT(line, Catch::Contains(says));
+        return line;
+      }
+    }
+  };
+
+  test::Client nameless;
+  REQUIRE(nameless.connect(port));
+  REQUIRE(nameless.ic());
+  auto r = nameless.connect_queue(kNqn, 0, 0xffff, 0, 31, "");
+  REQUIRE(r.ok);
+  CHECK(r.status() == status::kConnectInvalidParameters);
+  CHECK(r.cqe.dw0 == ((1u << 16) | 512u));  // IATTR: in the connect data, at HOSTNQN
+  CHECK_FALSE(refused_line("the Connect names no host (HOSTNQN is empty)").empty());
+
+  test::Client lost;
+  REQUIRE(lost.connect(port));
+  REQUIRE(lost.ic());
+  r = lost.connect_queue("nqn.2024-01.io.nvmeof:nope", 0, 0xffff, 0, 31, kAllowed.c_str());
+  REQUIRE(r.ok);
+  CHECK(r.status() == status::kConnectInvalidParameters);
+  CHECK(r.cqe.dw0 == ((1u << 16) | 256u));
+  CHECK_FALSE(refused_line("no such subsystem (SUBNQN): nqn.2024-01.io.nvmeof:nope").empty());
+
+  // The refusals are not sticky: a named host on the right subsystem connects.
+  test::Client admin;
+  CHECK(admin.open_admin(port, kNqn, 0, kAllowed.c_str()));
+}
