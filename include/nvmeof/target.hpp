@@ -41,6 +41,7 @@
 // (transient transport error) and is counted the same way.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -173,6 +174,10 @@ struct TargetOptions {
   bool ccr_async = false;
   std::chrono::milliseconds ccr_async_delay{0};  ///< see ccr_async; also applies to fallbacks
   uint8_t anatt_s = 2;               ///< ANA transition time reported (Identify ANATT)
+  /// Command Retry Delay Times reported (Identify CRDT1 to CRDT3, in 100 ms units): how long a
+  /// host waits before retrying a command whose status sets CRD to 1, 2 or 3 (fail_commands
+  /// with such a status asks for it).
+  std::array<uint16_t, 3> crdt_100ms{};
   C2hSuccess c2h_success = C2hSuccess::sq_flow_control_disabled;
   /// false: a Connect that asks for SQ flow control off is refused with Connect Invalid
   /// Parameters (IPO naming CATTR), as a controller that cannot disable it must.

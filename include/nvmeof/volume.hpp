@@ -90,7 +90,8 @@ struct VolumeOptions {
   std::chrono::milliseconds reconnect_max{1000};
   /// Per I/O, across all paths: how many times the controllers may refuse it with a retryable
   /// status. The moves made by failovers (path errors, ANA refusals) do not count; no_path_timeout
-  /// bounds those.
+  /// bounds those. A retry delay a controller asks for (CRD) that would end past no_path_timeout
+  /// is not waited out: the I/O moves to another usable path, or completes with that status.
   uint32_t max_attempts = 16;
   /// The failover timeline (VolumeStats::timeline) keeps the newest this many events (at least
   /// one); older ones are let go and counted in VolumeStats::timeline_dropped.

@@ -526,6 +526,13 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   if (d.path_failed && current && lp.qp && lp.qp->state() == QpState::live)
     fail_path_here(a.path, "controller reported " + to_string(st));
   auto& sp = *vol_.paths_[static_cast<size_t>(a.path)];
+  // A retry delay (CRD) that would end past the I/O's budget for waiting on controllers
+  // (no_path_timeout, as for every such wait) is not waited out: a controller may ask for up
+  // to 6553 s per retry. Another usable path takes the I/O now; with none, it completes with
+  // the controller's own status.
+  if (d.action == RetryAction::retry_same && d.crd &&
+      now + uint64_t{sp.crdt_100ms[d.crd - 1]} * 100'000'000ull > io_state(*a.io).start_ns + vol_.no_path_timeout_ns())
+    d.action = other == OtherPath::usable ? RetryAction::retry_other : RetryAction::complete;
   switch (d.action) {
     case RetryAction::complete:
       finish_piece(a, st);
@@ -536,7 +543,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     case RetryAction::retry_same: {
       lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       const uint16_t crdt = d.crd ? sp.crdt_100ms[d.crd - 1] : 0;
-      a.release_ns = now + crdt * 100'000'000ull;
+      a.release_ns = now + uint64_t{crdt} * 100'000'000ull;
       a.exclude = -1;
       trace(*a.io, IoTraceEvent::delayed, a.path);
       delayed_.push_back(&a);

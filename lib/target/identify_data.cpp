@@ -69,6 +69,9 @@ void build_identify_controller(const TargetOptions& opts, const Subsystem& subsy
   id.cmic = NVME_CTRL_CMIC_MULTI_PORT | NVME_CTRL_CMIC_MULTI_CTRL | NVME_CTRL_CMIC_MULTI_ANA_REPORTING;
   id.oaes = 1u << 11;  // ANA change notices
   id.anatt = opts.anatt_s;
+  id.crdt1 = opts.crdt_100ms[0];
+  id.crdt2 = opts.crdt_100ms[1];
+  id.crdt3 = opts.crdt_100ms[2];
   id.anacap = NVME_CTRL_ANACAP_OPT | NVME_CTRL_ANACAP_NON_OPT | NVME_CTRL_ANACAP_INACCESSIBLE |
               NVME_CTRL_ANACAP_PERSISTENT_LOSS | NVME_CTRL_ANACAP_CHANGE;
   id.anagrpmax = nports;

@@ -350,6 +350,125 @@ TEST_CASE("no_path_timeout fails waiting I/O by a timer, with a path error", "[m
   CHECK((*v)->stats().failed == 1);
 }
 
+namespace {
+// A target whose controllers report CRDT1 = 60 s, and a volume with a 1 s no_path_timeout.
+struct CrdRig {
+  std::unique_ptr<Target> target;
+  std::unique_ptr<Volume> vol;
+  explicit CrdRig(size_t nports) {
+    TargetOptions to;
+    to.ports.assign(nports, TargetPort{});
+    for (auto& p : to.ports) p.trsvcid = "0";
+    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+    to.crdt_100ms = {600, 0, 0};
+    auto t = Target::start(to);
+    REQUIRE(t);
+    target = std::move(*t);
+    VolumeOptions vo;
+    for (size_t i = 0; i < nports; ++i) {
+      TransportAddress a;
+      a.trsvcid = std::to_string(target->port_number(i));
+      vo.paths.push_back(a);
+    }
+    vo.connect.subnqn = to.subsystems[0].nqn;
+    vo.selector = SelectorKind::round_robin;
+    vo.io_deadline = 5s;  // not a test of dead paths
+    vo.no_path_timeout = 1s;
+    auto v = Volume::open(vo);
+    REQUIRE(v);
+    vol = std::move(*v);
+  }
+};
+
+// Namespace Not Ready, retryable, CRD 1: "retry after CRDT1" (60 s here).
+constexpr NvmeStatus kNotReadyCrd1{static_cast<uint16_t>(NvmeStatus::make(Sct::generic, 0x82).raw | (1u << 11))};
+
+struct SyncIo {
+  VolumeIo io;
+  std::atomic<bool> fin{false};
+  std::atomic<uint16_t> raw{0};
+  SyncIo(IoOp op, uint8_t* buf, uint64_t lba) {
+    io.op = op;
+    io.slba = lba;
+    io.nlb = 1;
+    io.buf = buf;
+    io.user = this;
+    io.done = [](VolumeIo& i, NvmeStatus st) noexcept {
+      auto* self = static_cast<SyncIo*>(i.user);
+      self->raw.store(st.raw);
+      self->fin.store(true);
+    };
+  }
+  // Bounded well below the 60 s a waited-out CRD would take: such a wait fails the test.
+  bool wait() {
+    for (int i = 0; i < 20000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
+    return fin.load();
+  }
+  NvmeStatus status() const { return NvmeStatus{raw.load()}; }
+};
+}  // namespace
+
+TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: one path gives the status",
+          "[multipath][crd]") {
+  CrdRig rig(1);
+  std::vector<uint8_t> w(kBlock), r(kBlock, 0);
+  fill_block(w.data(), 3, 1);
+  SyncIo wr(IoOp::write, w.data(), 3);
+  REQUIRE(rig.vol->submit(wr.io) == 0);
+  REQUIRE(wr.wait());
+  REQUIRE(wr.status().is_success());
+
+  rig.target->fail_commands(0, kNotReadyCrd1);
+  SyncIo refused(IoOp::read, r.data(), 3);
+  REQUIRE(rig.vol->submit(refused.io) == 0);
+  REQUIRE(refused.wait());
+  // The controller's own answer, not a path error of ours.
+  CHECK(refused.status().sct() == Sct::generic);
+  CHECK(refused.status().sc() == 0x82);
+  CHECK(refused.status().crd() == 1);
+  CHECK(rig.vol->usable_paths() == 1);  // a refusal says nothing against the path
+
+  rig.target->fail_commands(0, std::nullopt);
+  SyncIo again(IoOp::read, r.data(), 3);
+  REQUIRE(rig.vol->submit(again.io) == 0);
+  REQUIRE(again.wait());
+  CHECK(again.status().is_success());
+  CHECK(block_matches(r.data(), 3, 1));
+}
+
+TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: another path takes the I/O",
+          "[multipath][crd]") {
+  CrdRig rig(2);
+  constexpr int kIos = 8;
+  std::vector<std::vector<uint8_t>> bufs(kIos, std::vector<uint8_t>(kBlock, 0));
+  for (int i = 0; i < kIos; ++i) {
+    fill_block(bufs[i].data(), 100 + i, 2);
+    SyncIo wr(IoOp::write, bufs[i].data(), 100 + i);
+    REQUIRE(rig.vol->submit(wr.io) == 0);
+    REQUIRE(wr.wait());
+    REQUIRE(wr.status().is_success());
+    std::memset(bufs[i].data(), 0, kBlock);
+  }
+  rig.target->fail_commands(0, kNotReadyCrd1);
+  // Round robin: half of these go to the refusing path first.
+  std::vector<std::unique_ptr<SyncIo>> rd;
+  for (int i = 0; i < kIos; ++i) {
+    rd.push_back(std::make_unique<SyncIo>(IoOp::read, bufs[i].data(), 100 + i));
+    REQUIRE(rig.vol->submit(rd.back()->io) == 0);
+  }
+  for (int i = 0; i < kIos; ++i) {
+    INFO("read " << i);
+    REQUIRE(rd[i]->wait());
+    CHECK(rd[i]->status().is_success());
+    CHECK(block_matches(bufs[i].data(), 100 + i, 2));
+  }
+  const auto st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(st.paths.at(0).errors > 0);  // the refusing path was asked, and refused
+  CHECK(st.failed == 0);
+  rig.target->fail_commands(0, std::nullopt);
+}
+
 TEST_CASE("a slow path keeps working without errors", "[multipath][fault]") {
   Rig rig(2, SelectorKind::service_time, 10, {}, 500ms);
   run_fault(rig, [&] { rig.target->set_latency(0, 3ms); }, 500ms, false);
