@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/tracked_io.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
 #include "nvmeof/target.hpp"
@@ -190,36 +191,14 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
   constexpr uint64_t kLba = 7;
   std::vector<uint8_t> w(kBs), r(kBs, 0);
   test::fill_block(w.data(), kBs, kLba, 5);
-  struct Io {
-    VolumeIo io;
-    std::atomic<bool> fin{false};
-    std::atomic<uint16_t> raw{0};
-    Io(IoOp op, void* buf, uint64_t lba) {
-      io.op = op;
-      io.slba = lba;
-      io.nlb = 1;
-      io.buf = buf;
-      io.user = this;
-      io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
-        auto* self = static_cast<Io*>(i.user);
-        self->raw.store(s.raw);
-        self->fin.store(true);
-      };
-    }
-    bool wait() {  // bounded: a read the volume never finishes fails the test, it does not hang it
-      const uint64_t give_up = Reactor::clock_ns() + 10'000'000'000ull;
-      while (!fin.load() && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
-      return fin.load();
-    }
-  };
-  Io wr(IoOp::write, w.data(), kLba);
+  test::TrackedIo wr(IoOp::write, w.data(), kLba);
   REQUIRE(vol.submit(wr.io) == 0);
   REQUIRE(wr.wait());
-  REQUIRE(NvmeStatus{wr.raw.load()}.is_success());
+  REQUIRE(wr.status().is_success());
   target.fail_commands(1, status::kInternalError);
   target.set_latency(0, 2s);
 
-  Io rd(IoOp::read, r.data(), kLba);
+  test::TrackedIo rd(IoOp::read, r.data(), kLba);
   {
     std::lock_guard lock(rehedge::mu);
     rehedge::io = &rd.io;
@@ -242,7 +221,7 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
   }
   INFO("steps (event@path; 0 launch, 1 issue, 2 hedge, 3 complete, 6 delayed, 7 orphaned, 8 finish):" << story);
   INFO(to_text(vol.stats()));
-  CHECK(NvmeStatus{rd.raw.load()}.is_success());
+  CHECK(rd.status().is_success());
   CHECK(test::block_matches(r.data(), kBs, kLba, 5));
   CHECK(hedged_clean);
   // A hedge of it may have gone to the refusing path only before that path had refused anything.
@@ -270,50 +249,30 @@ TEST_CASE("paths that are all silent at once are not failed on a deadline", "[he
   Volume& vol = *rig.vol;
   constexpr uint32_t kBs = 4096;
   constexpr int kReads = 8;
-  struct Io {
-    VolumeIo io;
-    std::vector<uint8_t> buf = std::vector<uint8_t>(kBs, 0);
-    std::atomic<bool> fin{false};
-    std::atomic<uint16_t> raw{0};
-    Io(IoOp op, uint64_t lba) {
-      io.op = op;
-      io.slba = lba;
-      io.nlb = 1;
-      io.buf = buf.data();
-      io.user = this;
-      io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
-        auto* self = static_cast<Io*>(i.user);
-        self->raw.store(s.raw);
-        self->fin.store(true);
-      };
-    }
+  std::vector<std::vector<uint8_t>> wbufs(kReads, std::vector<uint8_t>(kBs)), rbufs(kReads, std::vector<uint8_t>(kBs, 0));
+  auto wait_all = [](std::vector<std::unique_ptr<test::TrackedIo>>& v) {  // bounded
+    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x->wait(20s); });
   };
-  auto wait_all = [](std::vector<std::unique_ptr<Io>>& v) {  // bounded
-    const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
-    for (auto& x : v)
-      while (!x->fin.load() && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
-    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x->fin.load(); });
-  };
-  std::vector<std::unique_ptr<Io>> writes, reads;
+  std::vector<std::unique_ptr<test::TrackedIo>> writes, reads;
   for (int i = 0; i < kReads; ++i) {
-    writes.push_back(std::make_unique<Io>(IoOp::write, 100 + i));
-    test::fill_block(writes.back()->buf.data(), kBs, 100 + i, 9);
+    test::fill_block(wbufs[static_cast<size_t>(i)].data(), kBs, 100 + i, 9);
+    writes.push_back(std::make_unique<test::TrackedIo>(IoOp::write, wbufs[static_cast<size_t>(i)].data(), 100 + i));
     REQUIRE(vol.submit(writes.back()->io) == 0);
   }
   REQUIRE(wait_all(writes));
-  for (auto& x : writes) REQUIRE(NvmeStatus{x->raw.load()}.is_success());
+  for (auto& x : writes) REQUIRE(x->status().is_success());
   target.set_latency(0, 400ms);
   target.set_latency(1, 400ms);
   for (int i = 0; i < kReads; ++i) {
-    reads.push_back(std::make_unique<Io>(IoOp::read, 100 + i));
+    reads.push_back(std::make_unique<test::TrackedIo>(IoOp::read, rbufs[static_cast<size_t>(i)].data(), 100 + i));
     REQUIRE(vol.submit(reads.back()->io) == 0);
   }
   REQUIRE(wait_all(reads));
   const VolumeStats st = vol.stats();
   INFO(to_text(st));
   for (int i = 0; i < kReads; ++i) {
-    CHECK(NvmeStatus{reads[static_cast<size_t>(i)]->raw.load()}.is_success());
-    CHECK(test::block_matches(reads[static_cast<size_t>(i)]->buf.data(), kBs, 100 + i, 9));
+    CHECK(reads[static_cast<size_t>(i)]->status().is_success());
+    CHECK(test::block_matches(rbufs[static_cast<size_t>(i)].data(), kBs, 100 + i, 9));
   }
   CHECK(st.paths.at(0).ios > 0);  // both paths carried reads
   CHECK(st.paths.at(1).ios > 0);

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <coroutine>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "../common/tracked_io.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/volume_impl.hpp"
 #include "nvmeof/target.hpp"
@@ -38,7 +40,7 @@ struct Rig {
   // path miss it and turn the test into one about failover.
   explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
                std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16,
-               size_t timeline_max = 1024) {
+               size_t timeline_max = 1024, const std::function<void(TargetOptions&, VolumeOptions&)>& tweak = {}) {
     TargetOptions to;
     to.ports.clear();
     for (size_t i = 0; i < nports; ++i) {
@@ -49,17 +51,7 @@ struct Rig {
     }
     to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
     to.cqt_ms = cqt_ms;
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
     VolumeOptions vo;
-    for (size_t i = 0; i < nports; ++i) {
-      TransportAddress a;
-      a.traddr = "127.0.0.1";
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
     vo.connect.io_queue_depth = 64;
     // The shortest KATO the target allows (the default): should a loaded host make every path
     // miss its deadline at once (no CCR possible then), writes wait 3 x KATO + CQT, not seconds.
@@ -68,6 +60,17 @@ struct Rig {
     vo.no_path_timeout = 10s;
     vo.max_attempts = max_attempts;
     vo.timeline_max = timeline_max;
+    if (tweak) tweak(to, vo);  // before the target starts and the paths are filled in
+    auto t = Target::start(to);
+    REQUIRE(t);
+    target = std::move(*t);
+    for (size_t i = 0; i < nports; ++i) {
+      TransportAddress a;
+      a.traddr = "127.0.0.1";
+      a.trsvcid = std::to_string(target->port_number(i));
+      vo.paths.push_back(a);
+    }
+    vo.connect.subnqn = to.subsystems[0].nqn;
     auto v = Volume::open(vo);
     REQUIRE(v);
     vol = std::move(*v);
@@ -352,76 +355,33 @@ TEST_CASE("no_path_timeout fails waiting I/O by a timer, with a path error", "[m
 
 namespace {
 // A target whose controllers report CRDT1 = 60 s, and a volume with a 1 s no_path_timeout.
-struct CrdRig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
-  explicit CrdRig(size_t nports) {
-    TargetOptions to;
-    to.ports.assign(nports, TargetPort{});
-    for (auto& p : to.ports) p.trsvcid = "0";
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+Rig crd_rig(size_t nports) {
+  return Rig(nports, SelectorKind::round_robin, 10, {}, 5s, 16, 1024, [](TargetOptions& to, VolumeOptions& vo) {
     to.crdt_100ms = {600, 0, 0};
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo;
-    for (size_t i = 0; i < nports; ++i) {
-      TransportAddress a;
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.selector = SelectorKind::round_robin;
-    vo.io_deadline = 5s;  // not a test of dead paths
     vo.no_path_timeout = 1s;
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-};
+  });
+}
 
 // Namespace Not Ready, retryable, CRD 1: "retry after CRDT1" (60 s here).
 constexpr NvmeStatus kNotReadyCrd1{static_cast<uint16_t>(NvmeStatus::make(Sct::generic, 0x82).raw | (1u << 11))};
-
-struct SyncIo {
-  VolumeIo io;
-  std::atomic<bool> fin{false};
-  std::atomic<uint16_t> raw{0};
-  SyncIo(IoOp op, uint8_t* buf, uint64_t lba) {
-    io.op = op;
-    io.slba = lba;
-    io.nlb = 1;
-    io.buf = buf;
-    io.user = this;
-    io.done = [](VolumeIo& i, NvmeStatus st) noexcept {
-      auto* self = static_cast<SyncIo*>(i.user);
-      self->raw.store(st.raw);
-      self->fin.store(true);
-    };
-  }
-  // Bounded well below the 60 s a waited-out CRD would take: such a wait fails the test.
-  bool wait() {
-    for (int i = 0; i < 20000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
-    return fin.load();
-  }
-  NvmeStatus status() const { return NvmeStatus{raw.load()}; }
-};
+// Bounded well below the 60 s a waited-out CRD would take: such a wait fails the test.
+constexpr auto kCrdWait = 20s;
 }  // namespace
 
 TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: one path gives the status",
           "[multipath][crd]") {
-  CrdRig rig(1);
+  Rig rig = crd_rig(1);
   std::vector<uint8_t> w(kBlock), r(kBlock, 0);
   fill_block(w.data(), 3, 1);
-  SyncIo wr(IoOp::write, w.data(), 3);
+  test::TrackedIo wr(IoOp::write, w.data(), 3);
   REQUIRE(rig.vol->submit(wr.io) == 0);
-  REQUIRE(wr.wait());
+  REQUIRE(wr.wait(kCrdWait));
   REQUIRE(wr.status().is_success());
 
   rig.target->fail_commands(0, kNotReadyCrd1);
-  SyncIo refused(IoOp::read, r.data(), 3);
+  test::TrackedIo refused(IoOp::read, r.data(), 3);
   REQUIRE(rig.vol->submit(refused.io) == 0);
-  REQUIRE(refused.wait());
+  REQUIRE(refused.wait(kCrdWait));
   // The controller's own answer, not a path error of ours.
   CHECK(refused.status().sct() == Sct::generic);
   CHECK(refused.status().sc() == 0x82);
@@ -429,36 +389,36 @@ TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: one path 
   CHECK(rig.vol->usable_paths() == 1);  // a refusal says nothing against the path
 
   rig.target->fail_commands(0, std::nullopt);
-  SyncIo again(IoOp::read, r.data(), 3);
+  test::TrackedIo again(IoOp::read, r.data(), 3);
   REQUIRE(rig.vol->submit(again.io) == 0);
-  REQUIRE(again.wait());
+  REQUIRE(again.wait(kCrdWait));
   CHECK(again.status().is_success());
   CHECK(block_matches(r.data(), 3, 1));
 }
 
 TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: another path takes the I/O",
           "[multipath][crd]") {
-  CrdRig rig(2);
+  Rig rig = crd_rig(2);
   constexpr int kIos = 8;
   std::vector<std::vector<uint8_t>> bufs(kIos, std::vector<uint8_t>(kBlock, 0));
   for (int i = 0; i < kIos; ++i) {
     fill_block(bufs[i].data(), 100 + i, 2);
-    SyncIo wr(IoOp::write, bufs[i].data(), 100 + i);
+    test::TrackedIo wr(IoOp::write, bufs[i].data(), 100 + i);
     REQUIRE(rig.vol->submit(wr.io) == 0);
-    REQUIRE(wr.wait());
+    REQUIRE(wr.wait(kCrdWait));
     REQUIRE(wr.status().is_success());
     std::memset(bufs[i].data(), 0, kBlock);
   }
   rig.target->fail_commands(0, kNotReadyCrd1);
   // Round robin: half of these go to the refusing path first.
-  std::vector<std::unique_ptr<SyncIo>> rd;
+  std::vector<std::unique_ptr<test::TrackedIo>> rd;
   for (int i = 0; i < kIos; ++i) {
-    rd.push_back(std::make_unique<SyncIo>(IoOp::read, bufs[i].data(), 100 + i));
+    rd.push_back(std::make_unique<test::TrackedIo>(IoOp::read, bufs[i].data(), 100 + i));
     REQUIRE(rig.vol->submit(rd.back()->io) == 0);
   }
   for (int i = 0; i < kIos; ++i) {
     INFO("read " << i);
-    REQUIRE(rd[i]->wait());
+    REQUIRE(rd[i]->wait(kCrdWait));
     CHECK(rd[i]->status().is_success());
     CHECK(block_matches(bufs[i].data(), 100 + i, 2));
   }

@@ -152,11 +152,10 @@ void Workload::service() noexcept {
   }
 }
 
-bool Workload::wait_for_park(std::chrono::nanoseconds max) {
-  if (!parks_.try_acquire_for(max)) return false;
-  while (parks_.try_acquire()) {
+void Workload::wait_for_park(std::chrono::nanoseconds max) {
+  if (!parks_.try_acquire_for(max)) return;
+  while (parks_.try_acquire()) {  // one service() answers every park so far
   }
-  return true;
 }
 
 bool Workload::wait_idle(std::chrono::milliseconds timeout) {

@@ -145,11 +145,10 @@ class Workload {
   /// Resubmits slots whose submit() found the ring full. Call every millisecond or so, or
   /// after wait_for_park() says a slot parked.
   void service() noexcept;
-  /// Sleeps until a slot parks (its submit() found the ring full) or `max` has passed; true
-  /// when a slot parked. Lets the main thread sleep long while nothing needs it: each of its
+  /// Sleeps until a slot parks (its submit() found the ring full) or `max` has passed. Lets the main thread sleep long while nothing needs it: each of its
   /// wake-ups takes a CPU from a polling reactor or target for a moment, which shows in the
   /// latency tail (p99) of a QD1 run.
-  bool wait_for_park(std::chrono::nanoseconds max);
+  void wait_for_park(std::chrono::nanoseconds max);
   /// Waits (servicing) until no slot has an I/O in flight. False on timeout.
   bool wait_idle(std::chrono::milliseconds timeout);
   /// I/Os in flight or waiting to be resubmitted.
