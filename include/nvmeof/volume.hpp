@@ -2,8 +2,10 @@
 // volume: ANA-aware active-active path selection, failover that never lets a stale write land,
 // reconnect with backoff and failback.
 //
-// Threading: the volume runs `reactors` data-plane threads (each owns an io_uring and one queue
-// pair per path) and one control thread (admin queues, keep-alive, ANA, reconnects).
+// Threading: a volume runs on an engine (nvmeof/host.hpp): the engine's reactor threads carry
+// its I/O (each reactor owns an io_uring and polls the queue pairs of every volume placed on
+// it) and the engine's one control thread its admin queues, keep-alive, ANA and reconnects.
+// Opening a volume starts no thread of its own.
 // submit() and the coroutine forms may be called from any thread; a call from a reactor thread
 // (e.g. from inside a completion) stays on that reactor, others are handed through its bounded
 // MPSC ring to a reactor on the caller's NUMA node (any reactor when that node has none). Completions run on the reactor thread that executed the I/O.
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "nvmeof/controller.hpp"
+#include "nvmeof/host.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/status.hpp"
 #include "nvmeof/topology.hpp"
@@ -37,21 +40,8 @@ enum class FenceMode : uint8_t {
 const char* to_string(SelectorKind k) noexcept;
 Result<SelectorKind> parse_selector(std::string_view s);
 
-/// How a volume's reactor threads wait for completions.
-enum class PollMode : uint8_t {
-  /// Never sleeps: reaps and submits in a loop (a completion is seen the moment it lands). Costs
-  /// a whole CPU per reactor, idle or not (VolumeStats::reactor_cpu_ns shows it).
-  busy,
-  /// Spins after an event while commands are outstanding, for a bounded time that follows the
-  /// paths' recent latency (a completion due soon is not paid for with a wake-up), then sleeps.
-  /// An idle volume sleeps: it costs no CPU.
-  adaptive,
-  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion).
-  sleep,
-};
-const char* to_string(PollMode m) noexcept;
-/// "busy", "adaptive", "sleep". Errc::invalid_argument otherwise.
-Result<PollMode> parse_poll_mode(std::string_view s);
+// PollMode, parse_poll_mode: nvmeof/host.hpp (how the engine's reactor threads wait).
+
 
 struct VolumeOptions {
   std::vector<TransportAddress> paths;   ///< one entry per path (controller)
@@ -60,7 +50,8 @@ struct VolumeOptions {
                                          ///< others by NGUID/EUI-64/UUID, not by NSID
   SelectorKind selector = SelectorKind::service_time;
   uint32_t round_robin_ios = 1;          ///< I/Os per turn for round_robin
-  unsigned reactors = 1;                 ///< data-plane threads
+  // -- the engine (HostOptions) Volume::open(opts) shares with volumes that ask for the same --
+  unsigned reactors = 1;                 ///< the engine's reactor threads
   PollMode poll = PollMode::adaptive;    ///< how the reactor threads wait
   /// NUMA placement (nvmeof/topology.hpp). numa: reactor i is pinned to cpus[i % size] (or, when
   /// `cpus` is empty, to a chosen CPU: the nodes interleaved, nodes carrying a path first), its
@@ -206,6 +197,9 @@ struct VolumeStats {
   /// CPU time each reactor thread has used since it started (its thread CPU clock): what the
   /// poll mode costs, to set against `completed`.
   std::vector<uint64_t> reactor_cpu_ns;
+  /// Times each reactor thread came back from a wait in its ring (a completion, a posted
+  /// function, a submission, a timer), for every volume on the engine: what idling costs, counted.
+  std::vector<uint64_t> reactor_wakeups;
   /// Reactors that did not answer within 200 ms (one held up by a completion callback that
   /// blocks): their paths' latency and outstanding counts are missing from these stats.
   uint32_t lanes_unanswered = 0;
@@ -221,7 +215,15 @@ class Volume {
   /// (Errc::namespace_mismatch otherwise), reads ANA state, starts the reactors. A path that
   /// cannot be reached at open is kept and reconnected in the background; open fails only when
   /// no path can be opened (the first path's error is returned).
+  ///
+  /// This form runs on the process's shared engine for the engine fields of `opts` (reactors,
+  /// poll, placement, cpus, sysfs_root, memory_node; Host::shared), made on first use: volumes
+  /// opened with the same fields share its threads. Errc::invalid_argument for zero reactors.
   static Result<std::unique_ptr<Volume>> open(const VolumeOptions& opts);
+  /// As open(opts), on `host`: the engine fields of `opts` are not used (the engine's own
+  /// options hold). A volume with an io_uring passthrough path needs an engine made with
+  /// HostOptions::big_entries (Errc::invalid_argument otherwise). The volume holds `host`.
+  static Result<std::unique_ptr<Volume>> open(std::shared_ptr<Host> host, const VolumeOptions& opts);
   /// Opens every subsystem path a discovery controller lists for `opts.connect.subnqn`. With a
   /// TLS key (ConnectOptions::tls_psk) the discovery controller is reached through TLS (in
   /// plaintext when its port does not offer TLS and tls is when_keyed) and the paths are the
@@ -229,6 +231,9 @@ class Volume {
   /// (TREQ). Errc::tls_required / tls_not_offered when that leaves none for that reason.
   static Result<std::unique_ptr<Volume>> open_discovered(const TransportAddress& discovery,
                                                          VolumeOptions opts);
+  /// As open_discovered(discovery, opts), on `host` (see open(host, opts)).
+  static Result<std::unique_ptr<Volume>> open_discovered(std::shared_ptr<Host> host,
+                                                         const TransportAddress& discovery, VolumeOptions opts);
   ~Volume();  ///< waits for in-flight I/O (bounded by no_path_timeout), then tears down
 
   const NamespaceInfo& ns() const noexcept;

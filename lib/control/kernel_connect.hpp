@@ -7,7 +7,7 @@
 // the reconnect; a short reconnect delay, so that a path that returns is usable within about a
 // second; ctrl_loss_tmo long, so that the kernel keeps trying while we fail over.
 //
-// Fencing a dead path for writes (design.md, "Failover") is, for a kernel path, resetting (or
+// Fencing a dead path for writes (ARCHITECTURE.md, "Failover") is, for a kernel path, resetting (or
 // deleting) its controller: the kernel tears the connection down and completes every command
 // it still held before it reconnects.
 //

@@ -1,4 +1,4 @@
-// The failover state machine of a volume (design.md, "Failover"): path states, the fence rules
+// The failover state machine of a volume (ARCHITECTURE.md, "Failover"): path states, the fence rules
 // that decide when writes whose outcome is unknown may move, Cross-Controller Reset, reconnect
 // with backoff. A plain object driven by events; everything it wants done goes through
 // FailoverEnv, so it is unit-tested against a fake environment and driven in production by the

@@ -20,9 +20,8 @@
 namespace nvmeof::detail {
 namespace {
 
-thread_local Lane* tls_lane = nullptr;
 constexpr uint64_t kMinDeadlineNs = 15'000'000;  // 15 ms: below this a loaded host misfires
-constexpr uint64_t kMaxDeadlineNs = 25'000'000;  // design.md: never above 25 ms
+constexpr uint64_t kMaxDeadlineNs = 25'000'000;  // ARCHITECTURE.md, "Failover": never above 25 ms
 constexpr double kEwma = 0.1;
 // Adaptive polling: spin at least this long after an event while commands are outstanding
 // (a loopback or LAN completion lands within it), at most kSpinMaxNs; a path slower than
@@ -30,11 +29,7 @@ constexpr double kEwma = 0.1;
 constexpr uint64_t kSpinMinNs = 20'000;
 constexpr uint64_t kSpinMaxNs = 250'000;
 constexpr uint64_t kSpinCutoffNs = 1'000'000;
-// How long a sleeping lane waits per turn: with work in flight or waiting on a list the turn
-// also runs deadlines and releases, so it comes back every millisecond; a quiescent adaptive
-// lane only wakes for a completion, a posted function, a submission or a reactor timer.
-constexpr auto kSleepTurn = std::chrono::microseconds(1000);
-constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
+constexpr size_t kAttemptsPerLane = 4096;
 // Slow is not dead: a path whose oldest command is past the deadline while it completes nothing
 // gets its reads hedged elsewhere and a probe; it is failed only once it has been silent this
 // long (the failover budget), so a path answering within 40 ms is never failed for being slow.
@@ -88,7 +83,7 @@ Attempt* AttemptList::pop_front() noexcept {
   return a;
 }
 
-Lane::Lane(VolumeImpl& vol, int index) : vol_(vol), index_(index) {
+Lane::Lane(VolumeImpl& vol, EngineReactor& reactor, int index) : vol_(vol), er_(reactor), index_(index) {
   for (size_t i = 0; i < vol.paths_.size(); ++i) paths_.push_back(std::make_unique<LanePath>());
   views_.resize(vol.paths_.size());
   const auto& r = vol.placement_.reactors[static_cast<size_t>(index)];
@@ -97,61 +92,30 @@ Lane::Lane(VolumeImpl& vol, int index) : vol_(vol), index_(index) {
 
 Lane::~Lane() { stop(); }
 
-bool Lane::on_lane_thread() const noexcept { return tls_lane == this; }
+bool Lane::on_lane_thread() const noexcept { return er_.on_thread(); }
 
 Result<void> Lane::start() {
-  std::promise<std::error_code> ready;
-  auto fut = ready.get_future();
-  thread_ = std::thread([this, &ready] {
-    tls_lane = this;
-    if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0)
-      cpu_clock_ok_.store(true, std::memory_order_release);
-    place_thread();
-    // Kernel paths' passthrough commands share the lane's ring when it has big entries.
-    ReactorOptions ro;
-    for (const auto& sp : vol_.paths_) ro.big_entries |= sp->addr.transport == Transport::passthrough;
-    // A polling lane takes its completions when it looks, never as an interruption. The ring is
-    // made here, on the lane thread, which is the only one that submits to it (others post).
-    // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
-    const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
-    ro.single_issuer = vol_.opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
-    // While a lane spins (always when busy, in its spin windows when adaptive) its TCP queue
-    // pairs read and write their sockets with non-blocking system calls each turn, which is what
-    // the polling floor does; NVMEOF_SPIN_SOCKETS=ring keeps them on the ring (to compare).
-    const char* ss = std::getenv("NVMEOF_SPIN_SOCKETS");
-    spin_sockets_ = !(ss && std::string_view(ss) == "ring");
-    auto r = Reactor::create(ro);
-    if (!r) {
-      ready.set_value(r.error());
-      return;
+  er_.call([this] {
+    // On the reactor's thread: its memory node is set, so the pool lands there.
+    attempts_ = NodeArray<Attempt>(kAttemptsPerLane, er_.memory_node());
+    free_ = nullptr;
+    for (auto& a : attempts_) {
+      a.lane = this;
+      a.next = free_;
+      free_ = &a;
     }
-    reactor_ = std::move(*r);
-    reactor_->add_poller(&Lane::poll_hook, this);
-    // Queue pairs arrive later, connected off this thread (VolumeImpl::attach_all).
-    ready_.store(true, std::memory_order_release);
-    ready.set_value({});
-    run();
+    reactor().add_poller(&Lane::poll_hook, this);
+    er_.add_lane(this);
   });
-  const std::error_code ec = fut.get();
-  if (ec) {
-    thread_.join();
-    return ec;
-  }
+  started_ = true;
   return {};
 }
 
 void Lane::stop() {
-  if (!thread_.joinable()) return;
+  if (!started_) return;
+  started_ = false;
   stop_.store(true, std::memory_order_release);
-  if (ready_.load(std::memory_order_acquire)) reactor_->wake();
-  thread_.join();
-}
-
-uint64_t Lane::cpu_ns() const noexcept {
-  if (!cpu_clock_ok_.load(std::memory_order_acquire)) return 0;
-  timespec ts{};
-  if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  er_.call([this] { shutdown_on_reactor(); });
 }
 
 bool Lane::quiescent() const noexcept {
@@ -174,89 +138,44 @@ uint64_t Lane::spin_budget_ns() const noexcept {
   return std::clamp(static_cast<uint64_t>(fastest * 1.5), kSpinMinNs, kSpinMaxNs);
 }
 
-void Lane::run_adaptive() {
-  uint64_t spin_until = 0;
-  // A spin that lost its CPU stops, and none starts for a while (core/spin_governor.hpp).
-  SpinGovernor governor;
-  while (!stop_.load(std::memory_order_acquire)) {
-    if (spinning_.load(std::memory_order_relaxed)) {
-      const int n = reactor_->poll(std::chrono::microseconds{0});
-      const uint64_t now = reactor_->now_ns();  // when the turn started
-      governor.turn_start(now);
-      if (n > 0) {
-        const uint64_t budget = spin_budget_ns();
-        spin_until = budget ? now + budget : 0;
-      }
-      if (now < spin_until && governor.may_spin(now)) {
-        governor.turn_end(Reactor::clock_ns());
-        continue;
-      }
-      governor.stopped();
-      reactor_->set_spinning(false);  // the sleeping turn below arms the sockets' receives
-      spinning_.store(false, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
-    // Asleep: the turn inside poll() sees a submission that raced with the flag going down
-    // (enqueue() saw the flag down and wrote the eventfd, or we see its ring entry).
-    const int n = reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
-    if (n > 0) {
-      const uint64_t budget = spin_budget_ns();
-      const uint64_t now = reactor_->now_ns();
-      if (budget && governor.may_spin(now)) {
-        spin_until = now + budget;
-        spinning_.store(true, std::memory_order_relaxed);
-        reactor_->set_spinning(spin_sockets_);
-        governor.turn_end(Reactor::clock_ns());
-      }
-    }
-  }
-}
-
-void Lane::run() {
-  switch (vol_.opts_.poll) {
-    case PollMode::busy:
-      spinning_.store(true, std::memory_order_relaxed);
-      reactor_->set_spinning(spin_sockets_);
-      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
-      break;
-    case PollMode::adaptive:
-      run_adaptive();
-      break;
-    case PollMode::sleep:
-      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(kSleepTurn);
-      break;
-  }
-  spinning_.store(false, std::memory_order_seq_cst);
-  // Shutdown: nothing is retried any more; whatever is still queued completes with a path error
-  // so that no caller waits forever.
+void Lane::shutdown_on_reactor() noexcept {
+  // Nothing is retried any more; whatever is still queued completes with a path error so that
+  // no caller waits forever.
   const NvmeStatus gone = NvmeStatus::make(Sct::path, 0x70, true);
+  while (VolumeIo* io = ring_.pop()) io->done(*io, gone);
   for (AttemptList* l : {&waiting_, &fenced_, &delayed_})
     while (Attempt* a = l->pop_front()) finish_piece(*a, gone);
   for (auto& lp : paths_)
     if (lp->qp) lp->qp->close();
+  // Other volumes' lanes on this reactor keep running in these nested turns.
   const uint64_t give_up = Reactor::clock_ns() + 2'000'000'000ull;
   while (inflight_total_.load() > 0 && Reactor::clock_ns() < give_up)
-    reactor_->poll(std::chrono::microseconds(1000));
+    reactor().poll(std::chrono::microseconds(1000));
   for (auto& lp : paths_) lp->qp.reset();
   graveyard_.clear();
   while (VolumeIo* io = backlog_head_) {
     backlog_head_ = io_state(*io).next;
     io->done(*io, gone);
   }
-  reactor_.reset();
+  reactor().remove_poller(&Lane::poll_hook, this);
+  er_.remove_lane(this);
+  *alive_ = false;
 }
 
 bool Lane::enqueue(VolumeIo* io) noexcept {
   if (!ring_.push(io)) return false;
+  enqueued_.fetch_add(1, std::memory_order_relaxed);
   // Pairs with the fence after the loop clears spinning_: either it sees this entry or we see
   // the flag down and wake it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!spinning_.load(std::memory_order_relaxed)) reactor_->wake();
+  if (!er_.spinning()) er_.wake();
   return true;
 }
 
 void Lane::post(std::function<void()> fn) {
-  while (!reactor_->post(fn)) std::this_thread::yield();
+  er_.post([alive = alive_, fn = std::move(fn)] {
+    if (*alive) fn();
+  });
 }
 
 int Lane::poll_hook(void* self) noexcept { return static_cast<Lane*>(self)->turn(); }
@@ -435,7 +354,8 @@ void Lane::issue(Attempt& a) noexcept {
 }
 
 void Lane::on_complete(IoRequest& req, const Cqe& cqe) noexcept {
-  tls_lane->handle_completion(*static_cast<Attempt*>(req.user), cqe);
+  auto& a = *static_cast<Attempt*>(req.user);
+  a.lane->handle_completion(a, cqe);
 }
 
 void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
@@ -904,6 +824,7 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
 int Lane::turn() noexcept {
   int events = 0;
   while (VolumeIo* io = ring_.pop()) {
+    dequeued_.store(dequeued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     start_io(*io);
     ++events;
   }

@@ -1,4 +1,4 @@
-// The one decision taken after every completion on a volume (design.md, "Decisions"): a pure
+// The one decision taken after every completion on a volume (ARCHITECTURE.md, "Failover"): a pure
 // function of the completion status, the attempt count and whether another path is usable.
 #pragma once
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <future>
 
+#include "multipath/engine_internal.hpp"
 #include "multipath/volume_impl.hpp"
 #include "core/log.hpp"
 
@@ -31,7 +32,9 @@ bool is_ana_change_notice(uint32_t dw0) noexcept {
 
 }  // namespace
 
-VolumeImpl::VolumeImpl(const VolumeOptions& opts) : opts_(opts) {
+VolumeImpl::VolumeImpl(std::shared_ptr<Host> host, const VolumeOptions& opts)
+    : host_(std::move(host)), opts_(opts) {
+  engine_of(*host_).volumes.fetch_add(1, std::memory_order_relaxed);
   selector_.store(opts.selector);
   int i = 0;
   for (const auto& a : opts.paths) {
@@ -42,7 +45,10 @@ VolumeImpl::VolumeImpl(const VolumeOptions& opts) : opts_(opts) {
   }
 }
 
-VolumeImpl::~VolumeImpl() { shutdown(); }
+VolumeImpl::~VolumeImpl() {
+  shutdown();
+  engine_of(*host_).volumes.fetch_sub(1, std::memory_order_relaxed);
+}
 
 uint64_t VolumeImpl::no_path_timeout_ns() const noexcept {
   return static_cast<uint64_t>(opts_.no_path_timeout.count()) * 1'000'000ull;
@@ -114,8 +120,10 @@ Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds 
 }
 
 Result<void> VolumeImpl::open() {
-  if (paths_.empty() || opts_.connect.subnqn.empty() || opts_.reactors == 0)
-    return Errc::invalid_argument;
+  if (paths_.empty() || opts_.connect.subnqn.empty()) return Errc::invalid_argument;
+  for (const auto& sp : paths_)
+    if (sp->addr.transport == Transport::passthrough && !host_->options().big_entries)
+      return Errc::invalid_argument;  // its commands need the engine's big ring entries
   open_ns_ = Reactor::clock_ns();
   FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max};
   machine_ = std::make_unique<FailoverMachine>(*this, paths_.size(), timing, opts_.fence);
@@ -147,7 +155,9 @@ Result<void> VolumeImpl::open() {
   max_blocks_per_cmd_ = std::clamp<uint32_t>(max_transfer / ns_.block_size, 1, 65536);
 
   plan_placement();
-  for (unsigned i = 0; i < opts_.reactors; ++i) lanes_.push_back(std::make_unique<Lane>(*this, static_cast<int>(i)));
+  auto& reactors = engine_of(*host_).reactors;
+  for (size_t i = 0; i < reactors.size(); ++i)
+    lanes_.push_back(std::make_unique<Lane>(*this, *reactors[i], static_cast<int>(i)));
   for (auto& l : lanes_)
     if (auto r = l->start(); !r) return r.error();
   index_lanes();
@@ -236,7 +246,7 @@ void VolumeImpl::ana_poll() {
       unsettled = true;
       const int i = sp->index;
       const uint32_t gen = sp->generation.load();
-      boost::asio::post(pool_, [this, i, gen, ctrl = sp->ctrl] {
+      post_blocking([this, i, gen, ctrl = sp->ctrl] {
         if (auto ec = ctrl->health())
           report_path_failure(i, gen, "kernel controller: " + ec.message(), LossCause::local,
                               Reactor::clock_ns());
@@ -348,7 +358,7 @@ void VolumeImpl::close_lanes(int path) {
 }
 
 void VolumeImpl::fence_endpoint(int path) {
-  if (auto ctrl = paths_[static_cast<size_t>(path)]->ctrl) boost::asio::post(pool_, [ctrl] { ctrl->fence(); });
+  if (auto ctrl = paths_[static_cast<size_t>(path)]->ctrl) post_blocking([ctrl] { ctrl->fence(); });
 }
 
 void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
@@ -366,7 +376,7 @@ void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
                            : std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::nanoseconds(f.facts.times.hold_ns)) + std::chrono::milliseconds(1);
   const uint64_t t0 = Reactor::clock_ns();
-  boost::asio::post(pool_, [this, failed, via, generation, impacted, timeout, t0, vctrl = v.ctrl] {
+  post_blocking([this, failed, via, generation, impacted, timeout, t0, vctrl = v.ctrl] {
     auto r = vctrl->cross_controller_reset(impacted, timeout);
     const double ms = static_cast<double>(Reactor::clock_ns() - t0) / 1e6;
     if (r)
@@ -397,7 +407,7 @@ void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
 
 void VolumeImpl::start_connect(int path) {
   if (stopping_.load()) return;
-  boost::asio::post(pool_, [this, path] { try_connect(path); });
+  post_blocking([this, path] { try_connect(path); });
 }
 
 void VolumeImpl::try_connect(int path) {
@@ -437,7 +447,7 @@ void VolumeImpl::publish_live(int path, uint32_t generation) {
 
 void VolumeImpl::request_ana_refresh() {
   if (ana_refresh_pending_.exchange(true)) return;
-  boost::asio::post(pool_, [this] { refresh_ana_now(); });
+  post_blocking([this] { refresh_ana_now(); });
 }
 
 void VolumeImpl::refresh_ana_now() {
@@ -480,11 +490,12 @@ void VolumeImpl::shutdown() {
   const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
   for (;;) {
     uint64_t n = 0;
-    for (auto& l : lanes_) n += l->inflight_total();
+    for (auto& l : lanes_) n += l->inflight_total() + l->queued();
     if (n == 0 || Reactor::clock_ns() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  pool_.join();
+  // This volume's blocking work on the engine's pool (each task bounded by its own timeout).
+  while (pool_tasks_.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The loop is shared with the controllers: instead of stopping it, cancel this volume's timers
   // and let everything already queued for it run (and return, seeing stopping_) before the
   // lanes go; what the stopping lanes still post is flushed the same way after them.
@@ -516,8 +527,30 @@ Lane* VolumeImpl::lane_for_submit() noexcept {
 Volume::Volume(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Volume::~Volume() { impl_->shutdown(); }
 
+namespace {
+HostOptions engine_options_of(const VolumeOptions& opts) {
+  HostOptions h;
+  h.reactors = opts.reactors;
+  h.poll = opts.poll;
+  h.placement = opts.placement;
+  h.cpus = opts.cpus;
+  h.sysfs_root = opts.sysfs_root;
+  h.memory_node = opts.memory_node;
+  for (const auto& a : opts.paths) h.big_entries |= a.transport == Transport::passthrough;
+  return h;
+}
+}  // namespace
+
 Result<std::unique_ptr<Volume>> Volume::open(const VolumeOptions& opts) {
-  auto impl = std::make_unique<Impl>(opts);
+  if (opts.reactors == 0) return Errc::invalid_argument;
+  auto host = detail::shared_engine(engine_options_of(opts), opts.paths);
+  if (!host) return host.error();
+  return open(*host, opts);
+}
+
+Result<std::unique_ptr<Volume>> Volume::open(std::shared_ptr<Host> host, const VolumeOptions& opts) {
+  if (!host) return Errc::invalid_argument;
+  auto impl = std::make_unique<Impl>(std::move(host), opts);
   if (auto r = impl->open(); !r) {
     impl->shutdown();
     return r.error();
@@ -530,7 +563,16 @@ Result<std::unique_ptr<Volume>> Volume::open(const VolumeOptions& opts) {
 }
 
 Result<std::unique_ptr<Volume>> Volume::open_discovered(const TransportAddress& discovery, VolumeOptions opts) {
-  ControlPlane cp;
+  if (opts.reactors == 0) return Errc::invalid_argument;
+  auto host = detail::shared_engine(engine_options_of(opts), {});
+  if (!host) return host.error();
+  return open_discovered(*host, discovery, std::move(opts));
+}
+
+Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> host, const TransportAddress& discovery,
+                                                        VolumeOptions opts) {
+  if (!host) return Errc::invalid_argument;
+  ControlPlane& cp = engine_of(*host).cp;
   ConnectOptions co = opts.connect;
   co.subnqn = kDiscoveryNqn;
   co.kato_ms = 0;
@@ -572,7 +614,7 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(const TransportAddress& 
   }
   if (opts.paths.empty())
     return need_tls ? Errc::tls_required : no_tls ? Errc::tls_not_offered : Errc::no_path;
-  return open(opts);
+  return open(std::move(host), opts);
 }
 
 const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_; }

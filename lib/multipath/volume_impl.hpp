@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -24,6 +25,7 @@
 #include "control/controller_access.hpp"
 #include "control/endpoint.hpp"
 #include "core/node_memory.hpp"
+#include "multipath/engine.hpp"
 #include "multipath/failover_machine.hpp"
 #include "multipath/io_trace.hpp"
 #include "multipath/path_selector.hpp"
@@ -103,6 +105,7 @@ struct Attempt {
   // the hedge won (QueuePair::detach_data), or, when it cannot promise that, the piece completes
   // only when the primary does.
   enum class Role : uint8_t { plain, primary, hedge } role = Role::plain;
+  Lane* lane = nullptr;        // the lane that owns it (its pool), for completions
   Attempt* twin = nullptr;     // the other attempt of a hedged read while both are in flight
   bool abandoned = false;      // its result is not wanted: freed when it completes
   bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
@@ -166,27 +169,30 @@ struct LanePath {
   LatencyHistogram latency;  // lane thread only; copied out by a posted snapshot
 };
 
-/// One reactor thread's share of the data plane: its reactor, one queue pair per path, the I/O
-/// it owns in flight or waiting.
-///
-/// Threading: everything belongs to the lane's own thread except `ring_` (an MPSC ring: any
-/// thread pushes through enqueue(), the lane pops), `inflight_total_` (written by the lane,
-/// read relaxed by shutdown(), which only waits for it to reach 0: a stale value waits one more
-/// millisecond), the per-path counters of LanePath (see there) and `stop_`/`ready_` (atomics).
-/// Other threads reach the lane only by post() (the reactor's MPSC function ring), which is how
-/// the control thread attaches and closes queue pairs; snapshot() posts and waits.
 /// Tests only: when set, called on the lane's thread right after attach_prepared() installed a
 /// path's new queue pair (before its generation is published); true fails that queue pair at
 /// once, as a connection lost in that window would.
 inline bool (*g_fail_after_attach_for_test)(int path, uint32_t generation) = nullptr;
 
+/// A volume's share of the data plane on one engine reactor: one queue pair per path on it, the
+/// I/O it owns in flight or waiting. It has no thread: it is a poller of its reactor
+/// (EngineReactor), whose loop serves every volume's lane on it.
+///
+/// Threading: everything belongs to the reactor's thread except `ring_` (an MPSC ring: any
+/// thread pushes through enqueue(), the lane pops), `inflight_total_` (written by the lane,
+/// read relaxed by shutdown(), which only waits for it to reach 0: a stale value waits one more
+/// millisecond), the per-path counters of LanePath (see there) and `stop_` (atomic).
+/// Other threads reach the lane only by post() (the reactor's MPSC function ring), which is how
+/// the control thread attaches and closes queue pairs; snapshot() posts and waits. A function
+/// posted to a lane that has stopped since does nothing (`alive_`, reactor thread only).
 class Lane final : public QueuePairListener {
  public:
-  Lane(VolumeImpl& vol, int index);
+  Lane(VolumeImpl& vol, EngineReactor& reactor, int index);
   ~Lane();
-  /// Starts the thread, creates the reactor and a queue pair for every live path. Blocks until
-  /// that is done. Errors: the reactor's creation error.
+  /// Joins its reactor's loop (its request pool on the reactor's node). Blocks until done.
   Result<void> start();
+  /// Fails what waits, closes its queue pairs, waits (bounded) for their commands and leaves
+  /// the reactor. Blocks until done; any thread but the reactor's.
   void stop();
 
   /// Any thread. False when the ring is full.
@@ -203,7 +209,7 @@ class Lane final : public QueuePairListener {
   /// Reports every live path of the current generation whose queue pair on this lane is missing
   /// or dead (after open: failures reported before the failover machine knew the path).
   void recheck_paths() noexcept;
-  Reactor& reactor() noexcept { return *reactor_; }
+  Reactor& reactor() noexcept { return er_.reactor(); }
 
   struct Snapshot {
     std::vector<LatencyHistogram> latency;
@@ -219,23 +225,30 @@ class Lane final : public QueuePairListener {
   std::future<Snapshot> snapshot_request();
   static Snapshot snapshot_wait(std::future<Snapshot>& f, std::chrono::steady_clock::time_point deadline);
   uint64_t inflight_total() const noexcept { return inflight_total_.load(std::memory_order_relaxed); }
+  /// Submissions handed to enqueue() that the lane has not taken from its ring yet (any thread;
+  /// relaxed: shutdown() only waits for it to reach 0).
+  uint64_t queued() const noexcept {
+    return enqueued_.load(std::memory_order_relaxed) - dequeued_.load(std::memory_order_relaxed);
+  }
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
-  /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.
-  uint64_t cpu_ns() const noexcept;
+  /// CPU time the lane's reactor thread has used (its thread CPU clock), for every volume on it.
+  uint64_t cpu_ns() const noexcept { return er_.cpu_ns(); }
+  uint64_t wakeups() const noexcept { return er_.wakeups(); }
   /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
   int node() const noexcept;
 
   void on_queue_failed(QueuePair& qp, std::error_code why) noexcept override;
 
- private:
-  void run();
-  void run_adaptive();
   /// How long the adaptive loop spins after an event while commands are outstanding: follows
   /// the fastest busy path's recent latency; 0 when no completion is due soon enough to spin for.
+  /// Reactor thread.
   uint64_t spin_budget_ns() const noexcept;
   /// Nothing outstanding and nothing waiting on a timer-less list: the lane may sleep long.
+  /// Reactor thread.
   bool quiescent() const noexcept;
-  void place_thread() noexcept;  // pinning and memory, on the lane's thread (lane_placement.cpp)
+
+ private:
+  void shutdown_on_reactor() noexcept;
   static int poll_hook(void* self) noexcept;
   int turn() noexcept;
   static void on_complete(IoRequest& req, const Cqe& cqe) noexcept;
@@ -271,18 +284,11 @@ class Lane final : public QueuePairListener {
   bool has_free(uint32_t n) const noexcept;
 
   VolumeImpl& vol_;
+  EngineReactor& er_;
   int index_;
-  std::thread thread_;
-  std::unique_ptr<Reactor> reactor_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> ready_{false};
-  // True while the lane's loop spins (busy, or adaptive within its spin window): enqueue()
-  // then skips the wake-up write, the loop sees the ring on its next turn. Cleared (seq_cst,
-  // then the ring re-checked) before the loop sleeps, so no enqueue is missed.
-  std::atomic<bool> spinning_{false};
-  bool spin_sockets_ = true;  // while spinning, queue pairs poll their sockets (Reactor::set_spinning)
-  clockid_t cpu_clock_{};
-  std::atomic<bool> cpu_clock_ok_{false};
+  bool started_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   MpscRing<VolumeIo> ring_{4096};
   std::vector<std::unique_ptr<LanePath>> paths_;
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O
@@ -297,6 +303,8 @@ class Lane final : public QueuePairListener {
   AttemptList delayed_;        // CRD delay or queue full
   AttemptList orphans_;        // in flight on a queue pair that was closed or replaced
   std::atomic<uint64_t> inflight_total_{0};
+  std::atomic<uint64_t> enqueued_{0};  // any thread (fetch_add)
+  std::atomic<uint64_t> dequeued_{0};  // the lane only
   uint64_t all_silent_ns_ = 0;     // the last turn in which every usable path was silent
   uint64_t last_turn_ns_ = 0;      // g_lane_gap_for_test only
   uint64_t last_turn_cpu_ns_ = 0;
@@ -304,7 +312,8 @@ class Lane final : public QueuePairListener {
 
 /// The volume: its paths, its lanes and its control loop.
 ///
-/// Threading: `opts_`, `ns_`, `max_blocks_per_cmd_`, `paths_` (the vector), `lanes_`,
+/// Threading: `host_` is set at construction and held until the volume is destroyed (its threads
+/// outlive every lane and timer of the volume). `opts_`, `ns_`, `max_blocks_per_cmd_`, `paths_` (the vector), `lanes_`,
 /// `topology_`, `placement_` and `node_lanes_` are written by open() before any lane runs or
 /// any submission is accepted (`accepting_`, release/acquire) and only read afterwards.
 /// `machine_` and `timers_` belong to the control loop (the control plane's io_context thread);
@@ -314,7 +323,7 @@ class Lane final : public QueuePairListener {
 /// statistics only.
 class VolumeImpl : public FailoverEnv {
  public:
-  explicit VolumeImpl(const VolumeOptions& opts);
+  VolumeImpl(std::shared_ptr<Host> host, const VolumeOptions& opts);
   ~VolumeImpl();
 
   Result<void> open();
@@ -337,8 +346,9 @@ class VolumeImpl : public FailoverEnv {
   void plan_placement();
   void index_lanes();
 
+  std::shared_ptr<Host> host_;  // first: destroyed last
   VolumeOptions opts_;
-  ControlPlane cp_;
+  ControlPlane& cp_{engine_of(*host_).cp};
   NamespaceInfo ns_;
   bool have_ns_ = false;
   uint32_t max_blocks_per_cmd_ = 0;
@@ -406,12 +416,21 @@ class VolumeImpl : public FailoverEnv {
 
   // The volume's one control loop is its control plane's io_context: admin queues, keep-alive,
   // events, the failover machine and its timers all run on that one thread.
-  boost::asio::io_context& ctx_{ControllerAccess::impl(cp_).io};
+  boost::asio::io_context& ctx_{engine_of(*host_).io()};
   std::vector<std::weak_ptr<boost::asio::steady_timer>> timers_;  // control thread: cancelled at shutdown
   std::unique_ptr<FailoverMachine> machine_;  // control thread only (built in open())
-  // Blocking work: connects, CCRs, admin reads. Four threads, so that a reconnect hanging on a
-  // partitioned path never delays the CCR that lets the writes of that path move.
-  boost::asio::thread_pool pool_{4};
+  // Blocking work (connects, CCRs, admin reads) goes to the engine's pool through
+  // post_blocking(), which counts it: shutdown() waits for this volume's share to end.
+  template <class F>
+  void post_blocking(F&& fn) {
+    pool_tasks_.fetch_add(1);
+    boost::asio::post(pool_, [this, f = std::forward<F>(fn)]() mutable {
+      f();
+      pool_tasks_.fetch_sub(1);
+    });
+  }
+  boost::asio::thread_pool& pool_{engine_of(*host_).pool};
+  std::atomic<uint32_t> pool_tasks_{0};
   std::atomic<bool> ana_refresh_pending_{false};
   std::atomic<bool> stopping_{false};
 };

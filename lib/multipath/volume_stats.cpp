@@ -128,8 +128,11 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
     s.paths.push_back(std::move(ps));
   }
   for (auto& sn : snaps) s.waiting += sn.waiting;
-  s.poll = v.opts_.poll;
-  for (auto& l : v.lanes_) s.reactor_cpu_ns.push_back(l->cpu_ns());
+  s.poll = v.host_->options().poll;
+  for (auto& l : v.lanes_) {
+    s.reactor_cpu_ns.push_back(l->cpu_ns());
+    s.reactor_wakeups.push_back(l->wakeups());
+  }
   std::lock_guard lock(v.timeline_mu_);
   s.timeline.assign(v.timeline_.begin(), v.timeline_.end());
   s.timeline_dropped = v.timeline_dropped_;
@@ -147,6 +150,7 @@ std::string to_json(const VolumeStats& s) {
   j["waiting"] = s.waiting;
   j["poll"] = to_string(s.poll);
   j["reactor_cpu_ns"] = s.reactor_cpu_ns;
+  j["reactor_wakeups"] = s.reactor_wakeups;
   j["lanes_unanswered"] = s.lanes_unanswered;
   j["paths"] = json::array();
   for (const auto& p : s.paths) {

@@ -46,7 +46,7 @@ TransportAddress port_address(int port) {
 
 ConnectOptions options(Digest d = Digest::none) { return test::testbed_options(d); }
 
-struct Host {
+struct HostRig {
   std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
   std::unique_ptr<Reactor> reactor = Reactor::create().value();
 
@@ -98,7 +98,7 @@ void count_done(IoRequest& r, const Cqe& c) noexcept {
 }  // namespace
 
 TEST_CASE("identify controller and namespace through both nvmet ports", "[identify]") {
-  Host host;
+  HostRig host;
   uint16_t first_cntlid = 0;
   NamespaceId first_id;
   std::vector<std::shared_ptr<Controller>> ctrls;  // both connected at once
@@ -151,7 +151,7 @@ TEST_CASE("identify controller and namespace through both nvmet ports", "[identi
 }
 
 TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[io]") {
-  Host host;
+  HostRig host;
   const Digest digests[] = {Digest::none, Digest::both};
   uint64_t seq = static_cast<uint64_t>(std::time(nullptr)) << 8;
   for (size_t di = 0; di < 2; ++di) {
@@ -230,7 +230,7 @@ TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[i
 }
 
 TEST_CASE("the ANA log through each port matches what nvmet was set to", "[ana]") {
-  Host host;
+  HostRig host;
   for (int port = 1; port <= 2; ++port) {
     const std::string want = env_or(port == 1 ? "CONF_ANA1" : "CONF_ANA2", "optimized");
     INFO("port " << port << ", want " << want);

@@ -52,7 +52,7 @@ TransportAddress tcp_address() {
 
 ConnectOptions options() { return test::testbed_options(); }
 
-struct Host {
+struct HostRig {
   std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
   std::unique_ptr<Reactor> reactor = Reactor::create().value();
 
@@ -95,7 +95,7 @@ void count_done(IoRequest& r, const Cqe& c) noexcept {
 }  // namespace
 
 TEST_CASE("connect over RDMA, identify, keep-alive across KATO periods", "[connect]") {
-  Host host;
+  HostRig host;
   ConnectOptions o = options();
   o.kato_ms = 2000;
   auto ctrl = host.connect(o);
@@ -128,7 +128,7 @@ TEST_CASE("connect over RDMA, identify, keep-alive across KATO periods", "[conne
 }
 
 TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split", "[io]") {
-  Host host;
+  HostRig host;
   auto ctrl = host.connect();
   auto qpr = create_io_queue(*ctrl, *host.reactor, 128);
   INFO("create_io_queue: " << (qpr ? "ok" : qpr.error().message()));
@@ -204,7 +204,7 @@ TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split"
 }
 
 TEST_CASE("a refused connect is a clear error within the timeout", "[refused]") {
-  Host host;
+  HostRig host;
   ConnectOptions o = options();
   o.connect_timeout = 5s;
   {

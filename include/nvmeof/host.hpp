@@ -1,0 +1,97 @@
+// The engine: NVMe's *host*, made once per process. It owns a fixed set of reactor threads (each
+// an io_uring that polls the queue pairs of every volume placed on it), one control thread (a
+// Boost.Asio io_context: admin queues, keep-alive, events, reconnects of every volume) and one
+// small pool for blocking work (connects, cross-controller resets, admin reads). Volumes open on
+// an engine and start no thread of their own, so a process with many volumes pays per reactor,
+// not per volume.
+//
+// Threading: every member function may be called from any thread. A Host is shared: each open
+// volume holds it, and its threads stop when the last holder lets go.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nvmeof/export.h"
+#include "nvmeof/status.hpp"
+#include "nvmeof/topology.hpp"
+
+NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
+namespace nvmeof {
+
+/// How the engine's reactor threads wait for completions.
+enum class PollMode : uint8_t {
+  /// Never sleeps: reaps and submits in a loop (a completion is seen the moment it lands). Costs
+  /// a whole CPU per reactor, idle or not (VolumeStats::reactor_cpu_ns shows it).
+  busy,
+  /// Spins after an event while commands are outstanding, for a bounded time that follows the
+  /// paths' recent latency (a completion due soon is not paid for with a wake-up), then sleeps.
+  /// An idle reactor sleeps: it costs no CPU.
+  adaptive,
+  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion).
+  sleep,
+};
+const char* to_string(PollMode m) noexcept;
+/// "busy", "adaptive", "sleep". Errc::invalid_argument otherwise.
+Result<PollMode> parse_poll_mode(std::string_view s);
+
+struct HostOptions {
+  unsigned reactors = 1;                 ///< reactor threads (data plane), fixed for the engine's life
+  PollMode poll = PollMode::adaptive;    ///< how the reactor threads wait
+  /// NUMA placement (nvmeof/topology.hpp). numa: reactor i is pinned to cpus[i % size] (or, when
+  /// `cpus` is empty, to a chosen CPU: the nodes interleaved, nodes carrying a path of the first
+  /// volume first), its request pools and queue-pair buffers sit on its node, and each volume's
+  /// path choice knows the distance from it to each path's node. unpinned: none of that.
+  PlacementMode placement = PlacementMode::numa;
+  std::vector<int> cpus;                 ///< CPUs for the reactors (numa placement)
+  std::string sysfs_root = "/sys";       ///< where the topology is read from
+  /// When >= 0, every reactor's memory goes on this node whatever the placement (to measure the
+  /// cost of remote memory).
+  int memory_node = kUnknownNode;
+  /// 128-byte submission entries on every reactor's ring, so that io_uring passthrough paths
+  /// (kernel-attached /dev/ngXnY) share it. Volumes with passthrough paths need it; the default
+  /// engine of such a volume is made with it.
+  bool big_entries = false;
+};
+
+/// What the engine costs right now (counted, not timed).
+struct HostStats {
+  unsigned reactors = 0;
+  /// Threads the engine runs: reactors, the control thread and the blocking-work pool.
+  unsigned threads = 0;
+  unsigned volumes = 0;            ///< volumes open on it
+  std::vector<uint64_t> reactor_cpu_ns;  ///< CPU each reactor thread has used (its thread clock)
+  /// Times each reactor thread came back from a wait in its ring (a completion, a posted
+  /// function, a submission, a timer): what an idle engine costs, counted.
+  std::vector<uint64_t> reactor_wakeups;
+};
+
+class Host {
+ public:
+  /// Starts the reactors, the control thread and the pool. Errors: errno codes when io_uring is
+  /// unavailable (ENOSYS, EPERM, ENOMEM), Errc::invalid_argument for zero reactors.
+  static Result<std::shared_ptr<Host>> create(const HostOptions& opts = {});
+  /// The process's engine for these options: made on first use, shared by every caller that asks
+  /// for the same options while one holder keeps it, stopped when the last lets go.
+  /// Volume::open(VolumeOptions) uses it. Errors as create().
+  static Result<std::shared_ptr<Host>> shared(const HostOptions& opts = {});
+  virtual ~Host();  ///< stops the threads; every volume opened on it holds it, so none is left
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+
+  const HostOptions& options() const noexcept;
+  /// The reactors' placement (no paths: each volume's own placement() adds its paths).
+  const Placement& placement() const noexcept;
+  HostStats stats() const;
+
+  struct Impl;  ///< what create() and shared() make; defined inside the library only
+
+ protected:
+  Host() = default;
+};
+
+}  // namespace nvmeof
+NVMEOF_API_END

@@ -1,0 +1,352 @@
+// The engine (nvmeof/host.hpp): its reactor threads and their loops, the process-wide registry
+// of shared engines. ARCHITECTURE.md, "The engine", says why volumes share it.
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+
+#include "core/log.hpp"
+#include "core/node_memory.hpp"
+#include "core/spin_governor.hpp"
+#include "multipath/engine.hpp"
+#include "multipath/engine_internal.hpp"
+#include "multipath/volume_impl.hpp"
+
+namespace nvmeof::detail {
+namespace {
+
+thread_local EngineReactor* tls_reactor = nullptr;
+
+// How long a sleeping reactor waits per turn while one of its lanes has work in flight or waiting
+// on a list (the turn also runs deadlines and releases); a quiescent adaptive or sleeping reactor
+// only wakes for a completion, a posted function, a submission or a reactor timer.
+constexpr auto kSleepTurn = std::chrono::microseconds(1000);
+constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+}  // namespace
+
+EngineReactor::EngineReactor(const HostOptions& opts, const ReactorPlacement& place) : opts_(opts), place_(place) {}
+
+EngineReactor::~EngineReactor() { stop(); }
+
+int EngineReactor::memory_node() const noexcept {
+  return opts_.memory_node >= 0 ? opts_.memory_node : place_.node;
+}
+
+bool EngineReactor::on_thread() const noexcept { return tls_reactor == this; }
+
+Result<void> EngineReactor::start() {
+  std::promise<std::error_code> ready;
+  auto fut = ready.get_future();
+  thread_ = std::thread([this, &ready] {
+    tls_reactor = this;
+    if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0)
+      cpu_clock_ok_.store(true, std::memory_order_release);
+    place_thread();
+    ReactorOptions ro;
+    ro.big_entries = opts_.big_entries;
+    // A polling reactor takes its completions when it looks, never as an interruption. The ring
+    // is made here, on the reactor thread, the only one that submits to it (others post).
+    // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
+    const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
+    ro.single_issuer = opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
+    // While a reactor spins (always when busy, in its spin windows when adaptive) its TCP queue
+    // pairs read and write their sockets with non-blocking system calls each turn, which is what
+    // the polling floor does; NVMEOF_SPIN_SOCKETS=ring keeps them on the ring (to compare).
+    const char* ss = std::getenv("NVMEOF_SPIN_SOCKETS");
+    spin_sockets_ = !(ss && std::string_view(ss) == "ring");
+    auto r = Reactor::create(ro);
+    if (!r) {
+      ready.set_value(r.error());
+      return;
+    }
+    reactor_ = std::move(*r);
+    ready.set_value({});
+    run();
+    reactor_.reset();
+  });
+  const std::error_code ec = fut.get();
+  if (ec) {
+    thread_.join();
+    return ec;
+  }
+  return {};
+}
+
+void EngineReactor::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  reactor_->wake();
+  thread_.join();
+}
+
+void EngineReactor::place_thread() noexcept {
+  if (place_.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(place_.cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      log_warning("nvmeof: reactor %d: cannot pin to cpu %d (%s): runs unpinned\n", place_.index, place_.cpu,
+                  std::strerror(errno));
+  }
+  // Queue pairs and lanes created on this thread read it: their slots and buffers follow.
+  set_thread_memory_node(memory_node());
+}
+
+void EngineReactor::post(std::function<void()> fn) {
+  while (!reactor_->post(fn)) std::this_thread::yield();
+}
+
+void EngineReactor::call(const std::function<void()>& fn) {
+  if (on_thread()) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  auto fut = done.get_future();
+  post([&] {
+    fn();
+    done.set_value();
+  });
+  fut.wait();
+}
+
+void EngineReactor::add_lane(Lane* lane) { lanes_.push_back(lane); }
+
+void EngineReactor::remove_lane(Lane* lane) noexcept {
+  lanes_.erase(std::remove(lanes_.begin(), lanes_.end(), lane), lanes_.end());
+}
+
+uint64_t EngineReactor::cpu_ns() const noexcept {
+  if (!cpu_clock_ok_.load(std::memory_order_acquire)) return 0;
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+bool EngineReactor::quiescent() const noexcept {
+  for (const Lane* l : lanes_)
+    if (!l->quiescent()) return false;
+  return true;
+}
+
+uint64_t EngineReactor::spin_budget_ns() const noexcept {
+  // The lane with the most reason to spin decides: a completion due soon on any of them is worth
+  // the spin, and the others' turns cost little beside it.
+  uint64_t budget = 0;
+  for (const Lane* l : lanes_) budget = std::max(budget, l->spin_budget_ns());
+  return budget;
+}
+
+int EngineReactor::wait_turn(std::chrono::microseconds max_wait) noexcept {
+  const int n = reactor_->poll(max_wait);
+  wakeups_.store(wakeups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return n;
+}
+
+void EngineReactor::run_adaptive() {
+  uint64_t spin_until = 0;
+  // A spin that lost its CPU stops, and none starts for a while (core/spin_governor.hpp).
+  SpinGovernor governor;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (spinning_.load(std::memory_order_relaxed)) {
+      const int n = reactor_->poll(std::chrono::microseconds{0});
+      const uint64_t now = reactor_->now_ns();  // when the turn started
+      governor.turn_start(now);
+      if (n > 0) {
+        const uint64_t budget = spin_budget_ns();
+        spin_until = budget ? now + budget : 0;
+      }
+      if (now < spin_until && governor.may_spin(now)) {
+        governor.turn_end(Reactor::clock_ns());
+        continue;
+      }
+      governor.stopped();
+      reactor_->set_spinning(false);  // the sleeping turn below arms the sockets' receives
+      spinning_.store(false, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    // Asleep: the turn inside poll() sees a submission that raced with the flag going down
+    // (enqueue() saw the flag down and wrote the eventfd, or we see its ring entry).
+    const int n = wait_turn(quiescent() ? kQuiescentTurn : kSleepTurn);
+    if (n > 0) {
+      const uint64_t budget = spin_budget_ns();
+      const uint64_t now = reactor_->now_ns();
+      if (budget && governor.may_spin(now)) {
+        spin_until = now + budget;
+        spinning_.store(true, std::memory_order_relaxed);
+        reactor_->set_spinning(spin_sockets_);
+        governor.turn_end(Reactor::clock_ns());
+      }
+    }
+  }
+}
+
+void EngineReactor::run() {
+  switch (opts_.poll) {
+    case PollMode::busy:
+      spinning_.store(true, std::memory_order_relaxed);
+      reactor_->set_spinning(spin_sockets_);
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
+      break;
+    case PollMode::adaptive:
+      run_adaptive();
+      break;
+    case PollMode::sleep:
+      while (!stop_.load(std::memory_order_acquire)) wait_turn(quiescent() ? kQuiescentTurn : kSleepTurn);
+      break;
+  }
+  spinning_.store(false, std::memory_order_seq_cst);
+  // Every volume's lanes left before the engine stops (each volume holds the engine); what is
+  // still posted runs now, so that no promise waits forever.
+  reactor_->poll(std::chrono::microseconds{0});
+}
+
+// ---- the engine ---------------------------------------------------------------------------------
+
+namespace {
+
+// The process's shared engines, by their options. A weak reference: the engine stops when its
+// last volume closes. An entry made before a fork() names an engine whose threads the child
+// does not have: the child makes its own (`pid`).
+struct Registry {
+  struct Entry {
+    HostOptions opts;
+    pid_t pid;
+    std::weak_ptr<Host> engine;
+  };
+  std::mutex mu;
+  std::vector<Entry> engines;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: volumes may close during exit
+  return *r;
+}
+
+bool same_options(const HostOptions& a, const HostOptions& b) {
+  return std::tie(a.reactors, a.poll, a.placement, a.cpus, a.sysfs_root, a.memory_node, a.big_entries) ==
+         std::tie(b.reactors, b.poll, b.placement, b.cpus, b.sysfs_root, b.memory_node, b.big_entries);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::vector<TransportAddress>& paths) {
+  if (opts.reactors == 0) return Errc::invalid_argument;
+  auto impl = std::make_shared<Host::Impl>();
+  impl->opts = opts;
+  auto topo = Topology::read(opts.sysfs_root);
+  if (topo) {
+    impl->topology = std::move(*topo);
+  } else {
+    log_warning("nvmeof: no NUMA topology under %s (%s): one node assumed\n", opts.sysfs_root.c_str(),
+                topo.error().message().c_str());
+    impl->topology = Topology::single_node(allowed_cpus());
+  }
+  std::vector<PathPlacement> placed;
+  for (size_t i = 0; i < paths.size(); ++i) placed.push_back(place_path(impl->topology, paths[i], static_cast<int>(i)));
+  PlacementRequest req;
+  req.mode = opts.placement;
+  req.reactors = opts.reactors;
+  req.cpus = opts.cpus;
+  req.allowed_cpus = allowed_cpus();
+  req.memory_node = opts.memory_node;
+  impl->placement = plan_placement(impl->topology, req, std::move(placed));
+  // The engine's own plan knows no volume: each volume adds its paths to a copy of it.
+  impl->placement.paths.clear();
+  for (auto& r : impl->placement.reactors) r.distances.clear();
+  for (const auto& rp : impl->placement.reactors) {
+    auto er = std::make_unique<EngineReactor>(opts, rp);
+    if (auto r = er->start(); !r) return r.error();
+    impl->reactors.push_back(std::move(er));
+  }
+  return std::shared_ptr<Host>(std::move(impl));
+}
+
+}  // namespace nvmeof::detail
+
+namespace nvmeof {
+
+Host::Impl::~Impl() {
+  // Pool work may still post to the control loop; it finishes first, then the reactors.
+  pool.join();
+  for (auto& r : reactors) r->stop();
+}
+
+detail::EngineReactor* Host::Impl::current_reactor() const noexcept {
+  for (const auto& r : reactors)
+    if (r->on_thread()) return r.get();
+  return nullptr;
+}
+
+Host::~Host() = default;
+
+Result<std::shared_ptr<Host>> Host::create(const HostOptions& opts) {
+  try {
+    return detail::make_engine(opts, {});
+  } catch (const std::system_error& e) {  // the control plane's thread or ring
+    return e.code();
+  }
+}
+
+Result<std::shared_ptr<Host>> Host::shared(const HostOptions& opts) { return detail::shared_engine(opts, {}); }
+
+const HostOptions& Host::options() const noexcept { return engine_of(*this).opts; }
+const Placement& Host::placement() const noexcept { return engine_of(*this).placement; }
+
+HostStats Host::stats() const {
+  HostStats s;
+  const Impl& e = engine_of(*this);
+  s.reactors = static_cast<unsigned>(e.reactors.size());
+  s.threads = s.reactors + 1 + Impl::kPoolThreads;
+  s.volumes = e.volumes.load(std::memory_order_relaxed);
+  for (const auto& r : e.reactors) {
+    s.reactor_cpu_ns.push_back(r->cpu_ns());
+    s.reactor_wakeups.push_back(r->wakeups());
+  }
+  return s;
+}
+
+}  // namespace nvmeof
+
+namespace nvmeof::detail {
+
+Result<std::shared_ptr<Host>> shared_engine(const HostOptions& opts, const std::vector<TransportAddress>& paths) {
+  auto& reg = registry();
+  std::lock_guard lock(reg.mu);
+  const pid_t self = getpid();
+  reg.engines.erase(std::remove_if(reg.engines.begin(), reg.engines.end(),
+                                   [&](const auto& e) { return e.pid != self || e.engine.expired(); }),
+                    reg.engines.end());
+  for (auto& e : reg.engines)
+    if (same_options(e.opts, opts))
+      if (auto h = e.engine.lock()) return h;
+  try {
+    auto h = make_engine(opts, paths);
+    if (!h) return h.error();
+    reg.engines.push_back({opts, self, *h});
+    return *h;
+  } catch (const std::system_error& e) {
+    return e.code();
+  }
+}
+
+}  // namespace nvmeof::detail

@@ -1,0 +1,112 @@
+// The engine's insides (nvmeof/host.hpp): its reactor threads, its control plane and its pool.
+// See ARCHITECTURE.md, "The engine".
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <time.h>
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "control/control_plane.hpp"
+#include "control/controller_access.hpp"
+#include "nvmeof/controller.hpp"
+#include "nvmeof/host.hpp"
+#include "nvmeof/topology.hpp"
+#include "reactor/reactor.hpp"
+
+namespace nvmeof::detail {
+
+class Lane;
+
+/// One reactor thread of the engine: its io_uring, its loop (by the engine's poll mode) and the
+/// lanes of every volume placed on it, each a poller of its reactor.
+///
+/// Threading: `lanes_` and the reactor's owner-only calls belong to the reactor thread.
+/// `spinning_` is written by that thread and read by submitters (Lane::enqueue): see there for
+/// why a stale read never loses a wake-up. `wakeups_` is written by the reactor thread and read
+/// relaxed by stats() (a count: a stale read is one turn old). `stop_` is set once by stop().
+class EngineReactor {
+ public:
+  EngineReactor(const HostOptions& opts, const ReactorPlacement& place);
+  ~EngineReactor();
+  /// Starts the thread (pinning, memory node, ring). Errors: the ring's creation error.
+  Result<void> start();
+  void stop();
+
+  Reactor& reactor() noexcept { return *reactor_; }
+  int index() const noexcept { return place_.index; }
+  /// The node its memory goes on (the plan's, or HostOptions::memory_node).
+  int memory_node() const noexcept;
+  int node() const noexcept { return place_.node; }
+  bool on_thread() const noexcept;
+  bool spinning() const noexcept { return spinning_.load(std::memory_order_relaxed); }
+  void wake() noexcept { reactor_->wake(); }
+  /// Runs `fn` on the reactor thread at its next turn. Any thread; waits while the ring is full.
+  void post(std::function<void()> fn);
+  /// Runs `fn` on the reactor thread and waits for it (inline on that thread).
+  void call(const std::function<void()>& fn);
+  /// Reactor thread only: the lanes it polls.
+  void add_lane(Lane* lane);
+  void remove_lane(Lane* lane) noexcept;
+  uint64_t cpu_ns() const noexcept;
+  uint64_t wakeups() const noexcept { return wakeups_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  void run_adaptive();
+  /// A wait in the ring that may block: counts the wake-up when it came back having found work.
+  int wait_turn(std::chrono::microseconds max_wait) noexcept;
+  uint64_t spin_budget_ns() const noexcept;
+  bool quiescent() const noexcept;
+  void place_thread() noexcept;
+
+  HostOptions opts_;
+  ReactorPlacement place_;
+  std::thread thread_;
+  std::unique_ptr<Reactor> reactor_;
+  std::vector<Lane*> lanes_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> spinning_{false};
+  std::atomic<uint64_t> wakeups_{0};
+  bool spin_sockets_ = true;
+  clockid_t cpu_clock_{};
+  std::atomic<bool> cpu_clock_ok_{false};
+};
+
+}  // namespace nvmeof::detail
+
+namespace nvmeof {
+
+/// Threading: everything is written by create() before the engine is handed out and only read
+/// afterwards, except `volumes` (a relaxed count for stats).
+struct NVMEOF_LOCAL Host::Impl final : Host {
+  HostOptions opts;
+  Topology topology;
+  Placement placement;
+  ControlPlane cp;  // its thread is the engine's control thread
+  boost::asio::io_context& io() noexcept { return ControllerAccess::impl(cp).io; }
+  // Blocking work of every volume: connects, CCRs, admin reads. Four threads, so that a reconnect
+  // hanging on a partitioned path never delays the CCR that lets the writes of another path move.
+  boost::asio::thread_pool pool{kPoolThreads};
+  std::vector<std::unique_ptr<detail::EngineReactor>> reactors;
+  std::atomic<unsigned> volumes{0};
+  static constexpr unsigned kPoolThreads = 4;
+
+  Impl() = default;
+  ~Impl() override;
+  /// The reactor the calling thread runs, or nullptr.
+  detail::EngineReactor* current_reactor() const noexcept;
+};
+
+/// The engine behind a Host (every Host is one).
+inline Host::Impl& engine_of(Host& h) noexcept { return static_cast<Host::Impl&>(h); }
+inline const Host::Impl& engine_of(const Host& h) noexcept { return static_cast<const Host::Impl&>(h); }
+
+}  // namespace nvmeof

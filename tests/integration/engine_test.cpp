@@ -1,0 +1,236 @@
+// One engine per process, against the embedded target: volumes share the engine's reactor
+// threads, control thread and pool (counted in /proc/self/task, never timed), several namespaces
+// move verified data at once through one engine and across a path reset, and a volume closing
+// and reopening disturbs none of the others.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../common/tool_process.hpp"
+#include "../common/verified_workload.hpp"
+#include "nvmeof/host.hpp"
+#include "nvmeof/target.hpp"
+#include "nvmeof/volume.hpp"
+
+using namespace nvmeof;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kNamespaces = 4;
+
+size_t thread_count() {
+  size_t n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+struct Rig {
+  std::unique_ptr<Target> target;
+  TargetOptions to;
+
+  explicit Rig(size_t ports = 2) {
+    to.ports.assign(ports, TargetPort{});
+    for (auto& p : to.ports) p.trsvcid = "0";
+    to.subsystems[0].namespaces.clear();
+    for (int i = 0; i < kNamespaces; ++i) {
+      TargetNamespace ns;
+      ns.nsid = static_cast<uint32_t>(i + 1);
+      ns.size_bytes = 8ull << 20;
+      to.subsystems[0].namespaces.push_back(ns);
+    }
+    auto t = Target::start(to);
+    REQUIRE(t);
+    target = std::move(*t);
+  }
+
+  VolumeOptions options(uint32_t nsid) const {
+    VolumeOptions vo;
+    for (size_t p = 0; p < to.ports.size(); ++p) {
+      TransportAddress a;
+      a.traddr = "127.0.0.1";
+      a.trsvcid = std::to_string(target->port_number(p));
+      vo.paths.push_back(a);
+    }
+    vo.connect.subnqn = to.subsystems[0].nqn;
+    vo.connect.io_queue_depth = 64;
+    vo.nsid = nsid;
+    vo.placement = PlacementMode::unpinned;
+    vo.io_deadline = 5s;  // not a test of silent paths
+    return vo;
+  }
+};
+
+void check_clean(test::VerifiedWorkload& w, const char* what) {
+  INFO(what << ": first error: " << w.first_error());
+  CHECK(w.completed() > 0);
+  CHECK(w.errors() == 0);
+  CHECK(w.mismatches() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
+  Rig rig;
+  HostOptions ho;
+  ho.reactors = 2;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  const size_t with_engine = thread_count();
+  const HostStats hs = (*host)->stats();
+  CHECK(hs.reactors == 2);
+  CHECK(hs.volumes == 0);
+
+  std::vector<std::unique_ptr<Volume>> vols;
+  for (int i = 0; i < kNamespaces; ++i) {
+    auto v = Volume::open(*host, rig.options(static_cast<uint32_t>(i + 1)));
+    REQUIRE(v);
+    vols.push_back(std::move(*v));
+  }
+  // Four volumes of two paths each: no reactor, control or pool thread more than the engine's
+  // (the embedded target's connection threads are the only new ones: one per connection).
+  const uint64_t connections = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
+  INFO("threads: engine " << with_engine << ", now " << thread_count() << ", target connections " << connections);
+  CHECK(thread_count() <= with_engine + connections);
+  CHECK((*host)->stats().volumes == kNamespaces);
+  for (auto& v : vols) CHECK(v->stats().reactor_cpu_ns.size() == 2);
+
+  vols.clear();
+  CHECK((*host)->stats().volumes == 0);
+}
+
+TEST_CASE("Volume::open shares the process's engine between volumes of the same options", "[engine]") {
+  Rig rig;
+  auto a = Volume::open(rig.options(1));
+  REQUIRE(a);
+  const size_t one = thread_count();
+  const uint64_t conns_one = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
+  auto b = Volume::open(rig.options(2));
+  REQUIRE(b);
+  const uint64_t conns_two = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
+  // The second volume added only the target's threads for its own connections.
+  CHECK(thread_count() == one + (conns_two - conns_one));
+  HostOptions same;
+  same.placement = PlacementMode::unpinned;
+  auto ha = Host::shared(same);
+  REQUIRE(ha);
+  CHECK((*ha)->stats().volumes == 2);
+}
+
+TEST_CASE("namespaces on one engine move verified data through a path reset", "[engine][faults]") {
+  Rig rig;
+  HostOptions ho;
+  ho.reactors = 2;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  std::vector<std::unique_ptr<Volume>> vols;
+  std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
+  for (int i = 0; i < kNamespaces; ++i) {
+    auto v = Volume::open(*host, rig.options(static_cast<uint32_t>(i + 1)));
+    REQUIRE(v);
+    vols.push_back(std::move(*v));
+    work.push_back(std::make_unique<test::VerifiedWorkload>(*vols.back(), 8));
+  }
+  for (auto& w : work) w->start();
+  REQUIRE(test::wait_until([&] {
+    for (auto& w : work)
+      if (w->completed() < 200) return false;
+    return true;
+  }));
+  rig.target->inject(0, FaultKind::reset);
+  // Every namespace sees the path fail and keeps going on the other one.
+  REQUIRE(test::wait_until([&] {
+    for (auto& v : vols)
+      if (v->stats().timeline.empty()) return false;
+    return true;
+  }));
+  std::vector<uint64_t> at_reset;
+  for (auto& w : work) at_reset.push_back(w->completed());
+  REQUIRE(test::wait_until([&] {
+    for (size_t i = 0; i < work.size(); ++i)
+      if (work[i]->completed() < at_reset[i] + 200) return false;
+    return true;
+  }));
+  for (auto& w : work) REQUIRE(w->finish(15s));
+  for (size_t i = 0; i < work.size(); ++i) {
+    INFO("namespace " << i + 1 << ": " << to_text(vols[i]->stats()));
+    check_clean(*work[i], "namespace");
+    CHECK(vols[i]->stats().failed == 0);
+  }
+}
+
+TEST_CASE("a volume closing and reopening disturbs none of the others on its engine", "[engine]") {
+  Rig rig;
+  HostOptions ho;
+  ho.reactors = 2;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  auto keep = Volume::open(*host, rig.options(1));
+  REQUIRE(keep);
+  test::VerifiedWorkload w(**keep, 8);
+  w.start();
+  for (int round = 0; round < 20; ++round) {
+    auto v = Volume::open(*host, rig.options(2));
+    REQUIRE(v);
+    // Its own blocks each round: a workload checks what it reads against its own writes only.
+    test::VerifiedWorkload other(**v, 2, 32, static_cast<uint64_t>(round) * 64);
+    other.start();
+    REQUIRE(test::wait_until([&] { return other.completed() >= 20; }));
+    REQUIRE(other.finish(15s));
+    check_clean(other, "reopened volume");
+  }
+  REQUIRE(w.finish(15s));
+  check_clean(w, "volume kept open");
+  CHECK((*keep)->stats().failed == 0);
+  CHECK((*keep)->stats().timeline.empty());
+}
+
+TEST_CASE("a namespace that does not exist fails its open and disturbs nothing", "[engine]") {
+  Rig rig;
+  HostOptions ho;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  auto keep = Volume::open(*host, rig.options(1));
+  REQUIRE(keep);
+  test::VerifiedWorkload w(**keep, 4);
+  w.start();
+  auto bad = Volume::open(*host, rig.options(99));
+  REQUIRE_FALSE(bad);
+  CHECK((*host)->stats().volumes == 1);
+  REQUIRE(test::wait_until([&] { return w.completed() >= 100; }));
+  REQUIRE(w.finish(15s));
+  check_clean(w, "volume beside the failed open");
+  CHECK((*keep)->stats().timeline.empty());
+}
+
+TEST_CASE("a passthrough path needs an engine with big ring entries", "[engine]") {
+  HostOptions ho;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  VolumeOptions vo;
+  TransportAddress a;
+  a.transport = Transport::passthrough;
+  a.traddr = "/dev/ng0n1";
+  vo.paths.push_back(a);
+  vo.connect.subnqn = "nqn.2024-01.io.nvmeof:target";
+  auto v = Volume::open(*host, vo);
+  REQUIRE_FALSE(v);
+  CHECK(v.error() == make_error_code(Errc::invalid_argument));
+  HostOptions none;
+  none.reactors = 0;
+  CHECK_FALSE(Host::create(none));
+}
