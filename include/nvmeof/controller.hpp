@@ -142,6 +142,9 @@ class Controller {
   uint32_t io_queues() const noexcept;
   /// The keep-alive timeout in force (ms; 0: none), after rounding to the controller's KAS.
   uint32_t kato_ms() const noexcept;
+  /// Keep Alive commands this controller has sent. With traffic-based keep-alive (TBKAS) none
+  /// is sent while I/O completes on its queues. Any thread.
+  uint64_t keep_alives_sent() const noexcept;
 
   // I/O queue pairs (create_io_queue, prepare_io_queue) are internal: lib/control/controller_access.hpp.
 

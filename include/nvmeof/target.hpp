@@ -241,6 +241,8 @@ struct PortStats {
   uint64_t ccr_completed = 0;
   /// Controllers (admin queue on this port) ended by keep-alive expiry.
   uint64_t keep_alive_expiries = 0;
+  /// Keep Alive commands answered on this port's admin queues.
+  uint64_t keep_alive_commands = 0;
   /// The most output (bytes) any one connection of this port held unsent at once, a peer that
   /// does not read included. It stays within 8 MiB, or one transfer (MDTS) if that is larger.
   uint64_t max_output_backlog = 0;

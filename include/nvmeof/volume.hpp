@@ -153,6 +153,9 @@ struct PathStats {
   uint64_t hedges = 0;
   uint64_t hedge_wins = 0;
   uint64_t failovers = 0;    ///< times this path failed
+  /// Keep Alive commands its controller has sent (none while I/O completes on a controller with
+  /// traffic-based keep-alive).
+  uint64_t keep_alives = 0;
   uint64_t reconnects = 0;
   /// (Re)connect attempts that failed (retried with backoff), and why the last one did, e.g.
   /// "authentication failed" for a wrong DH-HMAC-CHAP key; empty while none failed.

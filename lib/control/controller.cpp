@@ -328,6 +328,11 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminCha
   boost::asio::steady_timer ka_timer;
   boost::asio::steady_timer ka_deadline;
   bool ka_outstanding = false;
+  // Traffic-based keep-alive (TBKAS): the newest time (Reactor::clock_ns) an I/O command of this
+  // controller completed, stored by the lanes at most once a millisecond each (relaxed: a stale
+  // value only sends one keep-alive more). Read by the keep-alive tick on the control thread.
+  std::atomic<uint64_t> traffic_ns{0};
+  std::atomic<uint64_t> keep_alives_sent{0};  // control thread writes, stats read (relaxed)
   bool failed = false;
   bool disconnecting = false;
   std::error_code failure;
@@ -487,12 +492,18 @@ void Controller::Impl::schedule_keep_alive() {
   if (kato == 0 || failed) return;
   // Four keep-alives per KATO, not two: with the shortest KATO (100 ms) a control thread held
   // off for half of it on a loaded host must not let the controller's timer expire.
-  ka_timer.expires_after(std::chrono::milliseconds(std::max<uint32_t>(kato / 4, 1)));
-  ka_timer.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+  const uint32_t period_ms = std::max<uint32_t>(kato / 4, 1);
+  ka_timer.expires_after(std::chrono::milliseconds(period_ms));
+  ka_timer.async_wait([w = weak_from_this(), period_ms](const boost::system::error_code& ec) {
     if (ec) return;
     auto self = w.lock();
     if (!self || self->failed) return;
-    self->send_keep_alive();
+    // With traffic-based keep-alive every completed command restarts the controller's timer
+    // (NVMe base specification, Keep Alive Timer): a command completed within the last period
+    // already did what a Keep Alive would, so none is sent while I/O flows.
+    const uint64_t since = Reactor::clock_ns() - self->traffic_ns.load(std::memory_order_relaxed);
+    if (!self->info.traffic_based_keep_alive() || since >= uint64_t{period_ms} * 1'000'000ull)
+      self->send_keep_alive();
     self->schedule_keep_alive();
   });
 }
@@ -500,6 +511,7 @@ void Controller::Impl::schedule_keep_alive() {
 void Controller::Impl::send_keep_alive() {
   if (ka_outstanding || !admin_qp) return;  // the deadline timer watches the one in flight
   ka_outstanding = true;
+  keep_alives_sent.store(keep_alives_sent.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   auto op = std::make_shared<AdminOp>();
   prep_keep_alive(op->req.cmd);
   op->done = [this](AdminOp&, const Cqe& c) {
@@ -707,6 +719,14 @@ const TransportAddress& Controller::address() const noexcept { return impl_->add
 const ConnectOptions& Controller::options() const noexcept { return impl_->opts; }
 uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
 uint32_t Controller::kato_ms() const noexcept { return impl_->kato; }
+std::atomic<uint64_t>* traffic_clock(Controller& ctrl) noexcept {
+  auto& impl = ControllerAccess::impl(ctrl);
+  return impl.info.traffic_based_keep_alive() ? &impl.traffic_ns : nullptr;
+}
+
+uint64_t Controller::keep_alives_sent() const noexcept {
+  return impl_->keep_alives_sent.load(std::memory_order_relaxed);
+}
 bool Controller::is_live() const noexcept { return impl_->live.load(); }
 
 Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,

@@ -3,6 +3,7 @@
 // tests; not installed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,10 @@ Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& re
 /// thread's). Errors: those of create_io_queue().
 Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
                                          int memory_node);
+
+/// Where the lanes of a controller's I/O queues note that a command completed (traffic-based
+/// keep-alive), or nullptr when the controller's keep-alive is not traffic based.
+std::atomic<uint64_t>* traffic_clock(Controller& ctrl) noexcept;
 
 struct ControllerAccess {
   static ControlPlane::Impl& impl(ControlPlane& cp) noexcept { return *cp.impl_; }

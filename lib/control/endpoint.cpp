@@ -18,11 +18,13 @@ class FabricEndpoint final : public PathEndpoint {
     if (!q) return q.error();
     auto shared = std::make_shared<PreparedIoQueue>(std::move(*q));
     return PreparedQueue{[shared]() -> Result<std::unique_ptr<QueuePair>> {
-      shared->start();
-      return std::move(shared->qp);
-    }};
+                           shared->start();
+                           return std::move(shared->qp);
+                         },
+                         traffic_clock(*ctrl_)};
   }
   uint32_t kato_ms() const noexcept override { return ctrl_->kato_ms(); }
+  uint64_t keep_alives_sent() const noexcept override { return ctrl_->keep_alives_sent(); }
   bool can_reset_others() const noexcept override { return ctrl_->info().ccrl > 0 && ctrl_->is_live(); }
   Result<void> cross_controller_reset(const ControllerInfo& impacted, std::chrono::milliseconds t) override {
     return ctrl_->cross_controller_reset(impacted, t);

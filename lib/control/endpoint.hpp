@@ -7,6 +7,7 @@
 // thread that will drive the pair.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -25,6 +26,9 @@ struct PreparedQueue {
   /// Runs on the reactor's thread: starts the pair (or, for a kernel path, opens it there) and
   /// returns it live. Errors: those of the transport.
   std::function<Result<std::unique_ptr<QueuePair>>()> start;
+  /// Where the lane notes completed commands for the controller's traffic-based keep-alive;
+  /// nullptr when it has none. Lives as long as the endpoint.
+  std::atomic<uint64_t>* traffic = nullptr;
 };
 
 class PathEndpoint {
@@ -52,6 +56,8 @@ class PathEndpoint {
   /// The keep-alive timeout the controller counts (ms; 0 when unknown): with CQT it bounds how
   /// long a controller cut off from us may still execute what it received (TP4129).
   virtual uint32_t kato_ms() const noexcept = 0;
+  /// Keep Alive commands sent on this path's controller (0 for a kernel path).
+  virtual uint64_t keep_alives_sent() const noexcept { return 0; }
   /// True when Cross-Controller Resets can be sent through this path (CCRL > 0).
   virtual bool can_reset_others() const noexcept { return false; }
   /// Cross-Controller Reset of `impacted` through this path (TP8028). Errors: unsupported, and

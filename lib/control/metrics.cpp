@@ -186,6 +186,8 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
        [](const PathStats& p) { return static_cast<double>(p.retries); }},
       {"nvmeof_path_failovers_total", "Times the path failed", MetricType::Counter,
        [](const PathStats& p) { return static_cast<double>(p.failovers); }},
+      {"nvmeof_path_keep_alives_total", "Keep Alive commands the path's controller sent", MetricType::Counter,
+       [](const PathStats& p) { return static_cast<double>(p.keep_alives); }},
       {"nvmeof_path_reconnects_total", "Times the path was reconnected", MetricType::Counter,
        [](const PathStats& p) { return static_cast<double>(p.reconnects); }},
   };

@@ -30,6 +30,9 @@ constexpr uint64_t kSpinMinNs = 20'000;
 constexpr uint64_t kSpinMaxNs = 250'000;
 constexpr uint64_t kSpinCutoffNs = 1'000'000;
 constexpr size_t kAttemptsPerLane = 4096;
+// How often a lane tells a controller with traffic-based keep-alive that its commands complete:
+// far below any keep-alive period (KATO / 4, at least 25 ms), rare enough to cost nothing.
+constexpr uint64_t kTrafficNoteNs = 1'000'000;
 // Slow is not dead: a path whose oldest command is past the deadline while it completes nothing
 // gets its reads hedged elsewhere and a probe; it is failed only once it has been silent this
 // long (the failover budget), so a path answering within 40 ms is never failed for being slow.
@@ -383,6 +386,10 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
       }
       lp.last_completion_ns = now;
       lp.last_completed_issue_ns = std::max(lp.last_completed_issue_ns, a.issue_ns);
+      if (lp.traffic && now - lp.traffic_noted_ns >= kTrafficNoteNs) {
+        lp.traffic->store(now, std::memory_order_relaxed);
+        lp.traffic_noted_ns = now;
+      }
       lp.latency.record(lat);
     }
     lp.ios.store(lp.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -809,6 +816,7 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
     graveyard_.push_back(std::move(lp.qp));
   }
   lp.qp = std::move(*q);
+  lp.traffic = pq.traffic;
   lp.generation = generation;
   lp.unpublished_failure = false;
   lp.teardown_ns = 0;

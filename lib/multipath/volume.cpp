@@ -221,6 +221,7 @@ void VolumeImpl::ana_poll() {
   bool unsettled = false;
   const uint64_t now = Reactor::clock_ns();
   for (auto& sp : paths_) {
+    if (sp->ctrl) sp->keep_alives.store(sp->ctrl->keep_alives_sent(), std::memory_order_relaxed);
     const AnaState a = sp->ana.load();
     const bool live = sp->state.load() == PathState::live;
     unsettled |= live && a != AnaState::optimized && a != AnaState::non_optimized;

@@ -71,6 +71,7 @@ struct SharedPath {
   uint32_t reported_generation = UINT32_MAX;  // guarded by VolumeImpl::timeline_mu_
   uint64_t change_since_ns = 0;  // control thread: when the path entered ANA change, 0 if not in it
   std::atomic<uint64_t> failovers{0};
+  std::atomic<uint64_t> keep_alives{0};  // its controller's, copied by ana_poll (control thread)
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> connect_failures{0};
   mutable std::mutex error_mu;
@@ -143,6 +144,10 @@ struct LanePath {
   int stamped_resubmit = -1; // failover events whose timeline this lane already stamped
   int stamped_success = -1;
   uint32_t error_streak = 0;  // failed completions since this pair's last success
+  // The controller's traffic-based keep-alive clock (PreparedQueue::traffic), and when this lane
+  // last stored into it: at most once a millisecond, so reactors rarely share its cache line.
+  std::atomic<uint64_t>* traffic = nullptr;
+  uint64_t traffic_noted_ns = 0;
   std::atomic<uint64_t> ios{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> errors{0};

@@ -87,6 +87,7 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
     ps.ana_state = sp.ana.load();
     ps.ana_group = sp.anagrpid.load();
     ps.failovers = sp.failovers.load();
+    ps.keep_alives = sp.keep_alives.load(std::memory_order_relaxed);
     ps.reconnects = sp.reconnects.load();
     ps.connect_failures = sp.connect_failures.load();
     {
@@ -162,7 +163,7 @@ std::string to_json(const VolumeStats& s) {
                                           {"p99_9", p.latency.p999_us}, {"max", p.latency.max_us},
                                           {"mean", p.latency.mean_us}}},
                           {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
-                          {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers},
+                          {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers}, {"keep_alives", p.keep_alives},
                           {"reconnects", p.reconnects}, {"connect_failures", p.connect_failures},
                           {"last_connect_error", p.last_connect_error}, {"cqt_ms", p.cqt_ms},
                           {"transport", p.transport}, {"traddr", p.traddr}, {"trsvcid", p.trsvcid},

@@ -248,7 +248,9 @@ AdminResult execute_admin(const AdminContext& ctx, const Sqe& c, std::vector<uin
     case opcode::kGetLogPage: return get_log_page(ctx, c, out);
     case opcode::kSetFeatures: return set_features(ctx, c);
     case opcode::kGetFeatures: return get_features(ctx, c);
-    case opcode::kKeepAlive: return {status::kSuccess};
+    case opcode::kKeepAlive:
+      ctx.core.ports[ctx.ctrl.port()]->counters().keep_alive_commands.fetch_add(1, std::memory_order_relaxed);
+      return {status::kSuccess};
     case opcode::kCrossControllerReset: return cross_controller_reset(ctx, c);
     default: return {status::kInvalidOpcode};
   }

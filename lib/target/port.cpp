@@ -254,6 +254,7 @@ PortStats Port::stats() const noexcept {
   s.ccr_received = counters_.ccr_received.load(std::memory_order_relaxed);
   s.ccr_completed = counters_.ccr_completed.load(std::memory_order_relaxed);
   s.keep_alive_expiries = counters_.keep_alive_expiries.load(std::memory_order_relaxed);
+  s.keep_alive_commands = counters_.keep_alive_commands.load(std::memory_order_relaxed);
   s.max_output_backlog = counters_.max_output_backlog.load(std::memory_order_relaxed);
   s.authentications = counters_.authentications.load(std::memory_order_relaxed);
   s.auth_failures = counters_.auth_failures.load(std::memory_order_relaxed);

@@ -103,6 +103,7 @@ class Port {
     std::atomic<uint64_t> ccr_received{0};
     std::atomic<uint64_t> ccr_completed{0};
     std::atomic<uint64_t> keep_alive_expiries{0};
+    std::atomic<uint64_t> keep_alive_commands{0};
     std::atomic<uint64_t> max_output_backlog{0};
     std::atomic<uint64_t> authentications{0};
     std::atomic<uint64_t> auth_failures{0};

@@ -173,6 +173,7 @@ PortStats Target::total_stats() const {
     t.ccr_received += s.ccr_received;
     t.ccr_completed += s.ccr_completed;
     t.keep_alive_expiries += s.keep_alive_expiries;
+    t.keep_alive_commands += s.keep_alive_commands;
   }
   return t;
 }

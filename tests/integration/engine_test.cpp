@@ -234,3 +234,38 @@ TEST_CASE("a passthrough path needs an engine with big ring entries", "[engine]"
   none.reactors = 0;
   CHECK_FALSE(Host::create(none));
 }
+
+// Traffic-based keep-alive: the embedded target reports TBKAS, so while commands complete on a
+// controller the host sends no Keep Alive (each completed command restarts the controller's
+// timer); idle, it sends them again, so a silent controller is still found. Counted on the
+// target, the same wall time idle and busy side by side (a loaded machine delays both alike).
+TEST_CASE("keep-alive is traffic based: none while I/O completes, again when idle", "[engine][keepalive]") {
+  Rig rig(1);
+  auto v = Volume::open(rig.options(1));
+  REQUIRE(v);
+  auto kas = [&] { return rig.target->stats(0).keep_alive_commands; };
+  // A short wait first: the first turns of the connection are not what is measured.
+  REQUIRE(test::wait_until([&] { return kas() >= 1; }));
+
+  const uint64_t idle0 = kas();
+  std::this_thread::sleep_for(1s);
+  const uint64_t idle = kas() - idle0;
+
+  test::VerifiedWorkload w(**v, 4);
+  w.start();
+  REQUIRE(test::wait_until([&] { return w.completed() >= 100; }));
+  const uint64_t busy0 = kas();
+  const uint64_t done0 = w.completed();
+  std::this_thread::sleep_for(1s);
+  const uint64_t busy = kas() - busy0;
+  const uint64_t done = w.completed() - done0;
+  REQUIRE(w.finish(15s));
+  check_clean(w, "workload");
+  const auto st = (*v)->stats();
+  INFO("keep-alives over 1 s: idle " << idle << ", busy " << busy << " (" << done << " I/Os); host counted "
+                                     << st.paths.at(0).keep_alives);
+  CHECK(idle >= 4);            // KATO 100 ms: one every 25 ms when nothing else shows life
+  CHECK(done > 100);           // commands did flow all along
+  CHECK(busy * 4 <= idle);     // without the traffic rule, busy sends as many as idle
+  CHECK(st.paths.at(0).keep_alives >= idle);
+}
