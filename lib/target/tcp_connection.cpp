@@ -29,8 +29,12 @@ constexpr size_t kRecvChunk = 128 * 1024;
 constexpr size_t kMaxBacklog = 8u << 20;
 // Headers, R2Ts and completions that arrive without a new command (held writes, events).
 constexpr size_t kBacklogSlack = 64u << 10;
-// After a C2HTermReq, how long the host gets to read it and close before we do.
-constexpr uint64_t kTermLingerNs = 100'000'000;
+// A closing connection's last words (a Disconnect's completion, a C2HTermReq, and every reply
+// queued before them) go out whole before its FIN: it waits for the host to take them as long as
+// the host keeps taking some within this long. After the FIN, the host gets kLingerNs to close
+// before we do.
+constexpr uint64_t kClosingStallNs = 2'000'000'000;
+constexpr uint64_t kLingerNs = 100'000'000;
 constexpr NvmeStatus kTransientTransportError = NvmeStatus::make(Sct::generic, 0x22);
 
 }  // namespace
@@ -115,7 +119,11 @@ void TcpConnection::run() noexcept {
   const uint64_t adaptive_ns = uint64_t{core_.opts.poll_spin_us} * 1000;
   uint32_t idle_passes = 0;
   for (;;) {
-    if ((why = drain_wakeups()) != CloseKind::none) {
+    // A connection already closing finishes that on its own terms (its last words out, then
+    // the FIN) when its association ends meanwhile: the admin queue's own Disconnect ends the
+    // association, and its completion must not be cut off by that. Stop and reset still win.
+    why = drain_wakeups();
+    if (why != CloseKind::none && !(why == CloseKind::association && phase_ == Phase::closing)) {
       reason = why == CloseKind::reset ? "reset (fault injection)"
                : why == CloseKind::stop ? "target stopping" : "association ended";
       break;
@@ -138,13 +146,18 @@ void TcpConnection::run() noexcept {
         break;
       }
       if (phase_ == Phase::closing) {
-        if (backlog() == 0 && !write_shut_) {
+        const size_t pending = backlog();
+        if (pending == 0 && !write_shut_) {
           wire_close();
           ::shutdown(fd_, SHUT_WR);
           write_shut_ = true;
+          closing_deadline_ = now + kLingerNs;
+        } else if (pending < closing_backlog_) {
+          closing_deadline_ = now + kClosingStallNs;  // the host reads: it gets the rest
         }
+        closing_backlog_ = pending;
         if (now > closing_deadline_) {
-          reason = "closed after a protocol error";
+          reason = closing_why_;
           break;
         }
       }
@@ -418,8 +431,14 @@ void TcpConnection::fail_connection(tcp::Fes fes, uint32_t fei, const char* what
   tcp::fill_term_req(t, tcp::PduType::c2h_term_req, fes, fei, static_cast<uint32_t>(kept));
   out_.append(&t, sizeof t);
   out_.append(reader_.header(), kept);
+  begin_closing("closed after a protocol error");
+}
+
+void TcpConnection::begin_closing(const char* why) {
   phase_ = Phase::closing;
-  closing_deadline_ = now_ns() + kTermLingerNs;
+  closing_why_ = why;
+  closing_backlog_ = backlog();
+  closing_deadline_ = now_ns() + kClosingStallNs;
 }
 
 void TcpConnection::on_data_digest_error() {
@@ -584,6 +603,8 @@ void TcpConnection::send_r2t(Slot& s) {
 }
 
 void TcpConnection::complete(Slot& s, NvmeStatus st, uint32_t dw0, uint32_t dw1) {
+  // Past our FIN nothing more can be said; the end of the connection ends the command.
+  if (write_shut_) return free_slot(s);
   Cqe cqe{};
   cqe.dw0 = dw0;
   cqe.dw1 = dw1;

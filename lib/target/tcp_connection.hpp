@@ -149,6 +149,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   }
   Errc protocol_error(tcp::Fes fes, uint32_t fei, const char* what) noexcept;
   void fail_connection(tcp::Fes fes, uint32_t fei, const char* what, size_t offending_len);
+  // Serves nothing more: what is queued goes out, then the FIN (see run()).
+  void begin_closing(const char* why);
   void on_data_digest_error();
   void on_ic_req(const uint8_t* hdr);
   Errc on_capsule_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst);
@@ -221,6 +223,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   const char* term_what_ = nullptr;
   bool digest_error_logged_ = false;
   uint64_t closing_deadline_ = 0;
+  size_t closing_backlog_ = 0;  // the output still pending at the last pass while closing
+  const char* closing_why_ = "";  // logged when the closing deadline ends the connection
   bool write_shut_ = false;
   bool blackholed_ = false;
   bool partitioned_ = false;  // the socket is not looked at (FaultKind::partition)

@@ -30,8 +30,6 @@ constexpr NvmeStatus kAerLimitExceeded = NvmeStatus::make(Sct::command_specific,
 constexpr uint32_t kAnaChangeEvent = 0x000C0302;
 constexpr NvmeStatus kWriteFault = NvmeStatus::make(Sct::media, 0x80);
 constexpr size_t kMaxAers = 4;  // AERL + 1
-// After a Disconnect, how long the host gets to read the completion and close before we do.
-constexpr uint64_t kDisconnectLingerNs = 100'000'000;
 
 bool is_connect(const Sqe& c) {
   return c.opcode == opcode::kFabrics && fabrics_type(c) == fctype::kConnect;
@@ -149,10 +147,14 @@ void TcpConnection::execute(Slot& s) {
   if (phase_ != Phase::live || !ctrl_) return complete(s, status::kCommandSequenceError);
   if (s.sqe.opcode == opcode::kFabrics) return execute_fabrics(s);
   // An ended controller executes nothing more, not even what its queues already hold (a
-  // latency-delayed command, one received just before the close request reached us).
+  // latency-delayed command, one received just before the close request reached us). Such a
+  // command gets no completion: its connection ends at the next pass, which ends it for the
+  // host. The close request the teardown sends may still be on its way, so we raise our own:
+  // the connection never stays open behind a command it dropped.
   if (ctrl_->is_torn_down()) {
     if (qid_ != 0 && changes_data(s.sqe))
       port_.counters().writes_dropped_after_teardown.fetch_add(1, std::memory_order_relaxed);
+    request_close(CloseKind::association);
     return free_slot(s);
   }
   if (auth_ && !auth_->authenticated()) return complete(s, auth::kAuthRequired);
@@ -279,21 +281,25 @@ void TcpConnection::end_after_auth_failure(const char* what) {
                 ctrl_ ? ctrl_->hostnqn().c_str() : "?", what);
   log("DH-HMAC-CHAP", detail);
   if (phase_ == Phase::closing) return;
-  if (!flush()) return;
   stop_serving();
-  phase_ = Phase::closing;
-  closing_deadline_ = now_ns() + kDisconnectLingerNs;
+  begin_closing("closed after failed authentication");
 }
 
 void TcpConnection::execute_disconnect(Slot& s) {
-  // Fabrics 1.1, Disconnect: the command completes, then its queue is deleted; on the admin
-  // queue that ends the association. Our answer goes out before the teardown closes us.
+  // Disconnect deletes its queue (on the admin queue, the association), and in NVMe/TCP a queue
+  // is its connection. The controller answers the command itself; then the connection ends:
+  // our FIN follows that completion and every reply queued before it (begin_closing waits for
+  // the host to take them), and nothing behind the Disconnect executes.
+  // A command the host pipelined behind it reached a queue that no longer exists, so it gets no
+  // completion of its own: the FIN ends it, as it ends every command still outstanding. That
+  // is how conforming hosts read a controller's close (Linux starts error recovery when its
+  // socket closes, SPDK and our queue pair fail the pair on EOF), so they never wait on a
+  // timer for it. Answering such commands with errors instead would keep a deleted queue's
+  // connection open for as long as its host kept sending.
   complete(s, status::kSuccess);
-  if (!flush()) return;
   if (core_.opts.log_connections) log("disconnect", qid_ == 0 ? "association ends" : "I/O queue deleted");
   stop_serving();
-  phase_ = Phase::closing;
-  closing_deadline_ = now_ns() + kDisconnectLingerNs;
+  begin_closing("closed after a Disconnect");
 }
 
 void TcpConnection::execute_admin(Slot& s) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "command_record.hpp"
 #include "core/crc32c.hpp"
 #include "nvmeof/command.hpp"
 #include "nvmeof/identify.hpp"
@@ -192,6 +193,137 @@ void target_corpus() {
   disc.cmd(c);
   put("corpus/target", "admin_disconnect", disc.with_mode(2));
   put("corpus/target", "io_disconnect", disc.with_mode(3));
+
+  Stream behind;  // commands pipelined behind a Disconnect, on either queue
+  prep_fabrics(c, fctype::kDisconnect);
+  behind.cmd(c);
+  prep_command(c, 0x7e, 1);
+  behind.cmd(c);
+  prep_read(c, 1, 0, 1);
+  behind.cmd(c, nullptr, 0, 4096);
+  prep_keep_alive(c);
+  behind.cmd(c);
+  put("corpus/target", "admin_disconnect_behind", behind.with_mode(2));
+  put("corpus/target", "io_disconnect_behind", behind.with_mode(3));
+}
+
+// Command lists (fuzz::Record): the fuzz target builds the capsules and answers the R2Ts.
+struct Commands {
+  std::vector<fuzz::Record> recs;
+  void add(uint8_t kind, uint8_t pick, uint32_t len = 0, uint8_t aux = 0, uint32_t cdw10 = 0,
+           uint32_t cdw11 = 0, uint32_t cdw12 = 0) {
+    recs.push_back({kind, pick, fuzz::index_of(fuzz::kLengths, len), aux, cdw10, cdw11, cdw12});
+  }
+  void admin(uint8_t op, fuzz::DataMode d, uint32_t len = 0, fuzz::Sel nsid = fuzz::kSel1,
+             uint32_t cdw10 = 0, uint32_t cdw11 = 0) {
+    add(fuzz::kind(fuzz::kAdmin, d, nsid), fuzz::index_of(fuzz::kAdminOps, op), len, 0, cdw10, cdw11);
+  }
+  // NVM I/O on namespace 1: `nlb` blocks from `slba`.
+  void io(uint8_t op, fuzz::DataMode d, uint32_t len, uint32_t slba = 0, uint32_t nlb = 1) {
+    add(fuzz::kind(fuzz::kIo, d), fuzz::index_of(fuzz::kIoOps, op), len, 0, slba, 0, nlb - 1);
+  }
+  void opcode_raw(uint8_t op) { add(fuzz::kind(fuzz::kAnyOpcode, fuzz::kNoData), op); }
+  void fabrics(uint8_t type, fuzz::DataMode d = fuzz::kNoData, uint32_t len = 0, uint8_t aux = 0,
+               fuzz::Sel sel = fuzz::kSel0, uint8_t extra = 0, uint32_t cdw11 = 0, uint32_t cdw12 = 0) {
+    add(fuzz::kind(fuzz::kFabrics, d, sel, extra), fuzz::index_of(fuzz::kFabricsTypes, type), len,
+        aux, 0, cdw11, cdw12);
+  }
+  void disconnect() { fabrics(fctype::kDisconnect); }
+  // A Connect of queue `qid` (SQSIZE 31), its data in the capsule.
+  void connect(uint8_t qid, uint8_t extra = 0, fuzz::Sel cntlid = fuzz::kSel0) {
+    fabrics(fctype::kConnect, fuzz::kNatural, 0, fuzz::aux_qid(qid), cntlid, extra, 31);
+  }
+  void property_get(fuzz::Sel which, bool size8) {
+    fabrics(fctype::kPropertyGet, fuzz::kNoData, 0, size8 ? fuzz::kAuxSize8 : 0, which);
+  }
+  void enable() {  // CC.EN with the I/O queue entry sizes
+    fabrics(fctype::kPropertySet, fuzz::kNoData, 0, 0, fuzz::kSel1, 0, 0, 1 | (6u << 16) | (4u << 20));
+  }
+  Bytes with_mode(uint8_t mode) const {
+    Bytes out{static_cast<uint8_t>(mode | fuzz::kModeCommands)};
+    const auto* p = reinterpret_cast<const uint8_t*>(recs.data());
+    out.insert(out.end(), p, p + recs.size() * sizeof(fuzz::Record));
+    return out;
+  }
+};
+
+void command_corpus() {
+  using fuzz::kNatural;
+  {  // admin queue: properties, a few admin commands, then a Disconnect with commands behind it
+    Commands c;
+    c.property_get(fuzz::kSel0, true);
+    c.enable();
+    c.admin(opcode::kIdentify, kNatural, 4096, fuzz::kSel1, cns::kController);
+    c.admin(opcode::kGetLogPage, kNatural, 512, fuzz::kSel2, 0x02 | (127u << 16));
+    c.admin(opcode::kKeepAlive, fuzz::kNoData);
+    c.admin(opcode::kAsyncEventRequest, fuzz::kNoData);
+    c.admin(opcode::kGetFeatures, fuzz::kNoData, 0, fuzz::kSel1, feature::kVolatileWriteCache);
+    c.disconnect();
+    c.admin(opcode::kIdentify, kNatural, 4096, fuzz::kSel1, cns::kController);
+    c.admin(opcode::kKeepAlive, fuzz::kNoData);
+    put("corpus/target", "cmds_admin", c.with_mode(2));
+  }
+  {  // I/O queue: data both ways, Fabrics commands an I/O queue refuses, a Disconnect, more
+    Commands c;
+    c.io(opcode::kWrite, fuzz::kInCapsule, 4096);
+    c.io(opcode::kWrite, fuzz::kByPdus, 8192, 1, 2);
+    c.io(opcode::kRead, kNatural, 4096);
+    c.io(opcode::kFlush, fuzz::kNoData, 0);
+    c.io(opcode::kWriteZeroes, fuzz::kNoData, 0, 4, 4);
+    c.opcode_raw(0x7e);
+    c.property_get(fuzz::kSel2, false);
+    c.connect(1, 0, fuzz::kSel1);
+    c.fabrics(fctype::kAuthenticationSend, kNatural, 0, fuzz::kAuxNegotiate);
+    c.fabrics(fctype::kAuthenticationReceive, kNatural, 4096);
+    c.disconnect();
+    c.opcode_raw(0x7e);
+    c.io(opcode::kRead, kNatural, 4096);
+    put("corpus/target", "cmds_io", c.with_mode(3));
+  }
+  {  // before and after a Connect on a fresh connection, then the Connect again
+    Commands c;
+    c.admin(opcode::kIdentify, kNatural, 4096, fuzz::kSel1, cns::kController);
+    c.connect(0);
+    c.enable();
+    c.property_get(fuzz::kSel2, false);
+    c.connect(0);
+    c.admin(opcode::kIdentify, kNatural, 4096, fuzz::kSel1, cns::kController);
+    c.fabrics(fctype::kAuthenticationSend, kNatural, 0, fuzz::kAuxNegotiate);
+    c.fabrics(fctype::kAuthenticationReceive, kNatural, 4096);
+    c.disconnect();
+    c.admin(opcode::kKeepAlive, fuzz::kNoData);
+    put("corpus/target", "cmds_connect", c.with_mode(1));
+  }
+  {  // a host that must authenticate: refused commands, the negotiation, a wrong reply
+    Commands c;
+    c.connect(0, fuzz::kAuthHostBit);
+    c.admin(opcode::kIdentify, kNatural, 4096, fuzz::kSel1, cns::kController);
+    c.fabrics(fctype::kAuthenticationSend, kNatural, 0, fuzz::kAuxNegotiate);
+    c.fabrics(fctype::kAuthenticationReceive, kNatural, 4096);
+    c.fabrics(fctype::kAuthenticationSend, fuzz::kInCapsule, 512);
+    c.fabrics(fctype::kAuthenticationReceive, kNatural, 4096);
+    c.admin(opcode::kKeepAlive, fuzz::kNoData);
+    put("corpus/target", "cmds_auth", c.with_mode(1));
+  }
+  {  // the association ends (a Disconnect on the admin queue) under an I/O queue's commands
+    Commands c;
+    c.io(opcode::kWrite, fuzz::kInCapsule, 4096);
+    c.io(opcode::kRead, kNatural, 4096);
+    c.fabrics(fctype::kDisconnect, fuzz::kNoData, 0, 0, fuzz::kSel0, fuzz::kOnAdminBit);
+    for (int i = 0; i < 8; ++i) {
+      c.io(opcode::kRead, kNatural, 4096);
+      c.io(opcode::kWrite, fuzz::kByPdus, 4096);
+    }
+    put("corpus/target", "cmds_io_association_ends", c.with_mode(3));
+  }
+  {  // the Connect's data by R2T, with digests
+    Commands c;
+    c.fabrics(fctype::kConnect, fuzz::kByPdus, 1024, fuzz::aux_qid(0), fuzz::kSel0, 0, 31);
+    c.enable();
+    c.admin(opcode::kGetLogPage, kNatural, 4096, fuzz::kSel2, 0x02 | (1023u << 16));
+    c.disconnect();
+    put("corpus/target", "cmds_connect_r2t_dg", c.with_mode(1 | 4 | 8));
+  }
 }
 
 void target_regressions() {
@@ -234,6 +366,17 @@ void target_regressions() {
       s.cmd(c, nullptr, 0, 128 * 1024);
     }
     put("regressions/target", "backlog_never_read", s.with_mode(2 | 16));
+  }
+  // The admin queue's Disconnect behind 6 MiB of log pages a lazy peer has not read yet: the
+  // association's end asked the admin connection itself to close, which it did at once,
+  // dropping the replies it still held, the Disconnect's completion among them.
+  {
+    Commands c;
+    for (int i = 0; i < 48; ++i)
+      c.admin(opcode::kGetLogPage, fuzz::kNatural, 131072, fuzz::kSel2, 0x02 | (32767u << 16));
+    c.disconnect();
+    c.admin(opcode::kKeepAlive, fuzz::kNoData);
+    put("regressions/target", "admin_disconnect_behind_backlog", c.with_mode(2 | 16));
   }
   // Data digests and a read of odd length: the next C2HData starts misaligned in the output,
   // where seal_c2h read its header in place (UBSan: misaligned access).
@@ -424,6 +567,7 @@ int main(int argc, char** argv) {
   }
   g_root = argv[1];
   target_corpus();
+  command_corpus();
   target_regressions();
   pdu_corpus();
   queue_pair_corpus();

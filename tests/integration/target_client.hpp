@@ -27,6 +27,26 @@ namespace nvmeof::test {
 
 inline constexpr char kHostNqn[] = "nqn.2014-08.org.nvmexpress:uuid:target-test-host";
 
+/// A PDU whose header `hdr` (hlen bytes) was filled by the codec, with the digests its flags
+/// ask for and `len` bytes of data at its PDO.
+inline std::vector<uint8_t> encode_pdu(const void* hdr, size_t hlen, const void* data, uint32_t len) {
+  const auto* ch = static_cast<const tcp::CommonHeader*>(hdr);
+  std::vector<uint8_t> b(ch->plen, 0);
+  std::memcpy(b.data(), hdr, hlen);
+  if (ch->flags & tcp::pdu_flag::kHdgst) {
+    const uint32_t d = tcp::header_digest(b.data(), hlen);
+    std::memcpy(b.data() + hlen, &d, 4);
+  }
+  if (len) {
+    std::memcpy(b.data() + ch->pdo, data, len);
+    if (ch->flags & tcp::pdu_flag::kDdgst) {
+      const uint32_t d = detail::crc32c(data, len);
+      std::memcpy(b.data() + ch->pdo + len, &d, 4);
+    }
+  }
+  return b;
+}
+
 struct Pdu {
   tcp::PduType type{};
   std::vector<uint8_t> hdr;   // header (a TermReq keeps the offending bytes with it)
@@ -121,21 +141,16 @@ class Client {
 
   /// Sends any PDU whose header `hdr` (hlen bytes) was filled by the codec, with digests.
   void send_pdu(const void* hdr, size_t hlen, const void* data, uint32_t len) {
-    const auto* ch = static_cast<const tcp::CommonHeader*>(hdr);
-    std::vector<uint8_t> b(ch->plen, 0);
-    std::memcpy(b.data(), hdr, hlen);
-    if (ch->flags & tcp::pdu_flag::kHdgst) {
-      const uint32_t d = tcp::header_digest(b.data(), hlen);
-      std::memcpy(b.data() + hlen, &d, 4);
-    }
-    if (len) {
-      std::memcpy(b.data() + ch->pdo, data, len);
-      if (ch->flags & tcp::pdu_flag::kDdgst) {
-        const uint32_t d = detail::crc32c(data, len);
-        std::memcpy(b.data() + ch->pdo + len, &d, 4);
-      }
-    }
+    const std::vector<uint8_t> b = encode_pdu(hdr, hlen, data, len);
     send_raw(b.data(), b.size());
+  }
+
+  /// The bytes of a capsule as send_capsule sends them (with this connection's digests): to
+  /// pipeline several commands in one send_raw.
+  std::vector<uint8_t> capsule_bytes(const Sqe& sqe, const void* data = nullptr, uint32_t len = 0) const {
+    tcp::CapsuleCmd c;
+    const size_t hlen = tcp::fill_capsule_cmd(c, sqe, len, neg_);
+    return encode_pdu(&c, hlen, data, len);
   }
 
   /// Executes one command: in-capsule data up to `icd`, R2T/H2CData beyond, C2HData into the
@@ -307,6 +322,9 @@ class Client {
     pdus_.pop_front();
     return p;
   }
+
+  /// Whether the target closed the connection (FIN or RST) as far as next() has read.
+  bool closed() const { return closed_; }
 
   /// True when the target closes the connection (FIN or RST) within `timeout_ms`; PDUs that
   /// arrive first are discarded.
