@@ -89,9 +89,13 @@ typedef struct nvmeof_volume_options {
   uint32_t reactors;            /* data-plane threads, default 1 */
   uint32_t selector;            /* enum nvmeof_selector */
   uint32_t no_path_timeout_ms;  /* how long an I/O waits for a usable path, default 30000 */
-  uint32_t kato_ms;             /* keep-alive timeout, default 5000, 0 none; NVMEOF_KATO_SHORTEST: the
-                                   controller's shortest (fastest fencing of a silent path, but
-                                   a loaded host may miss a 100 ms keep-alive) */
+  /* Keep-alive timeout, ms, rounded up to the controller's granularity; 0: none. Default
+   * NVMEOF_KATO_SHORTEST, the shortest the controller allows (100 ms on the embedded target),
+   * as in C++ and Python: KATO bounds how soon a silent path is detected and how long its
+   * writes wait to be fenced (2 x KATO + CQT). A host too loaded to answer within it has its
+   * path failed and reconnected (no I/O lost); such a host may ask for more, e.g. 5000, and
+   * its writes then wait seconds across a partition without CCR. */
+  uint32_t kato_ms;
   uint32_t io_deadline_ms;      /* per-command deadline before a path is failed; 0: derived from
                                    the path's latency (at most 25 ms) */
   nvmeof_completion_cb completion_cb; /* NULL: completion-queue mode */

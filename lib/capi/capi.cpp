@@ -373,7 +373,7 @@ void nvmeof_volume_options_init(nvmeof_volume_options* o) {
   o->reactors = 1;
   o->selector = NVMEOF_SELECTOR_SERVICE_TIME;
   o->no_path_timeout_ms = 30000;
-  o->kato_ms = 5000;
+  o->kato_ms = NVMEOF_KATO_SHORTEST;
 }
 
 int nvmeof_volume_open(const char* const* paths, size_t npaths, const nvmeof_volume_options* o,

@@ -248,7 +248,12 @@ class Volume:
     """One namespace over one or more paths (`"addr:port"`, `"tcp://[::1]:4420"`).
 
     Volume(paths, nqn=..., nsid=1, queue_depth=256, reactors=1, no_path_timeout=30.0,
-           keep_alive_timeout=5.0, io_deadline=0.0, host=None)
+           keep_alive_timeout=None, io_deadline=0.0, host=None)
+    keep_alive_timeout: seconds; None: the shortest the controller allows (100 ms on the
+    embedded target), the default of the C and C++ APIs too, since it bounds how soon a silent
+    path is detected and how long its writes wait to be fenced (2 x KATO + CQT); 0: none. A
+    host too loaded to answer in time has the path failed and reconnected (no I/O lost); such
+    a host may ask for more (e.g. 5.0).
     host: an nvmeof.Host to run on (its reactors, poll mode and CPUs; `reactors` is then the
     host's, not given here). None: the process's shared engine with `reactors` reactors (1).
     io_deadline: seconds a command may take before its path is failed (0: derived from the
@@ -266,7 +271,7 @@ class Volume:
     def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
                  queue_depth: int = 256, reactors: Optional[int] = None,
                  no_path_timeout: float = 30.0,
-                 keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
+                 keep_alive_timeout: Optional[float] = None, io_deadline: float = 0.0,
                  discovery: Optional[str] = None, hostnqn: str = "",
                  dhchap_secret: str = "", dhchap_ctrl_secret: str = "", tls_psk: str = "",
                  host: Optional[Host] = None):
@@ -279,6 +284,13 @@ class Volume:
             raise ValueError("nvmeof.Volume: give at least one path address or discovery=")
         if not 1 <= queue_depth <= 65536:
             raise ValueError(f"nvmeof.Volume: queue_depth must be in 1..65536, got {queue_depth}")
+        if keep_alive_timeout is not None and keep_alive_timeout < 0:
+            raise ValueError(f"nvmeof.Volume: keep_alive_timeout must be >= 0 (or None), got "
+                             f"{keep_alive_timeout}")
+        if keep_alive_timeout is None:
+            kato_ms = _core.KATO_SHORTEST
+        else:  # a positive timeout never rounds down to 0 (none)
+            kato_ms = 0 if keep_alive_timeout == 0 else max(1, round(keep_alive_timeout * 1000))
         if host is not None:
             if not isinstance(host, Host):
                 raise TypeError(f"nvmeof.Volume: host must be an nvmeof.Host, got "
@@ -290,7 +302,7 @@ class Volume:
         self._pid = os.getpid()
         self._v = None
         self._v = _core.Volume(paths, nqn, nsid, queue_depth, 1 if reactors is None else reactors,
-                               int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
+                               int(no_path_timeout * 1000), kato_ms,
                                int(io_deadline * 1000), discovery or "", hostnqn,
                                dhchap_secret, dhchap_ctrl_secret, tls_psk, h)
         self.block_size: int = self._v.block_size

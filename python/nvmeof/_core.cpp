@@ -328,6 +328,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_WRITE") = int(NVMEOF_OP_WRITE);
   m.attr("OP_FLUSH") = int(NVMEOF_OP_FLUSH);
   m.attr("OP_WRITE_ZEROES") = int(NVMEOF_OP_WRITE_ZEROES);
+  m.attr("KATO_SHORTEST") = NVMEOF_KATO_SHORTEST;
   m.attr("POLL_ADAPTIVE") = int(NVMEOF_POLL_ADAPTIVE);
   m.attr("POLL_BUSY") = int(NVMEOF_POLL_BUSY);
   m.attr("POLL_SLEEP") = int(NVMEOF_POLL_SLEEP);

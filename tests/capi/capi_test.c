@@ -224,6 +224,7 @@ static void on_log(int level, const char* msg, void* ctx) {
 static void test_bad_open(const char* nqn) {
   nvmeof_volume_options o;
   nvmeof_volume_options_init(&o);
+  CHECK(o.kato_ms == NVMEOF_KATO_SHORTEST); /* the C++ default too */
   o.subnqn = nqn;
   nvmeof_volume* vol = (nvmeof_volume*)1;
   const char* bad[] = {"not an address:99999"};
