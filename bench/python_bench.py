@@ -91,7 +91,7 @@ def main():
                 py32.append(py_qd32(vol, a.seconds))
             out = subprocess.run([os.path.join(a.build, "tools", "nvmeof-bench"), "--target", addr,
                                   "--nqn", NQN, "--rw", "randread", "--bs", "4k", "--iodepth", "32",
-                                  "--runtime", f"{int(a.seconds * 1000)}ms", "--io-deadline", "2s", "--kato", "5s",
+                                  "--runtime", f"{int(a.seconds * 1000)}ms", "--io-deadline", "2s",
                                   "--json"], check=True, capture_output=True, text=True).stdout
             cpp32.append(json.loads(out)["total"]["iops"])
         med = statistics.median

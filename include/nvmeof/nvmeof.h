@@ -1,10 +1,11 @@
 /* The C API of the nvmeof host library: for C programs and for FFI (Python, Rust, Go).
  *
  * Conventions:
- *  - Handles are opaque (nvmeof_volume). Functions return 0 (or a count) on success and a
- *    negative errno on failure: -EINVAL a bad argument, -EAGAIN no free I/O slot (reap or wait
- *    for completions, then retry), -ECHILD a volume used in a process forked after it opened,
- *    -ENOMEM, -ETIMEDOUT, -ECONNREFUSED, ... (nvmeof_strerror() names them).
+ *  - Handles are opaque (nvmeof_volume, nvmeof_host). Functions return 0 (or a count) on
+ *    success and a negative errno on failure: -EINVAL a bad argument, -EAGAIN no free I/O slot
+ *    (reap or wait for completions, then retry), -ECHILD a volume or host used in a process
+ *    forked after it was made, -ENOMEM, -ETIMEDOUT, -ECONNREFUSED, ... (nvmeof_strerror()
+ *    names them).
  *  - Offsets and lengths are in bytes and must be multiples of the volume's block size.
  *  - An I/O's outcome is an NVMe status as a value (nvmeof_status): 0 is success; a failed
  *    transport after every retry gives the host pathing error (SCT 3h, SC 70h, DNR).
@@ -14,8 +15,13 @@
  *    completions wait. Each volume has a fixed number of I/O slots (queue_depth); the
  *    completion queue holds as many, so it never overflows and nothing is allocated per I/O.
  *  - Buffers stay owned by the caller and must stay valid until the I/O completes.
- *  - fork: a volume belongs to the process that opened it. In a child every call on it returns
- *    -ECHILD (close only forgets the handle there); open a new volume in the child instead.
+ *  - The engine (nvmeof_host): the reactor threads that carry I/O, one control thread and a
+ *    small pool for blocking work. nvmeof_volume_open() runs the volume on the process's shared
+ *    engine for its `reactors` (made on first use, stopped when its last volume closes);
+ *    nvmeof_host_create() makes one the caller chooses, and nvmeof_volume_open_on() opens a
+ *    volume on it. Either way a volume starts no thread of its own.
+ *  - fork: a volume or host belongs to the process that made it. In a child every call on it
+ *    returns -ECHILD (close only forgets the handle there); make new ones in the child.
  *
  * Threading: submit from any thread; reap from one thread at a time; close once, from any
  * thread but a reactor's (not from inside a completion callback).
@@ -35,6 +41,7 @@ extern "C" {
 #endif
 
 typedef struct nvmeof_volume nvmeof_volume;
+typedef struct nvmeof_host nvmeof_host;
 
 /* The NVMe completion status without the phase bit: bits 7:0 SC, 10:8 SCT, 12:11 CRD,
  * 13 More, 14 DNR. 0 is success. */
@@ -82,9 +89,13 @@ typedef struct nvmeof_volume_options {
   uint32_t reactors;            /* data-plane threads, default 1 */
   uint32_t selector;            /* enum nvmeof_selector */
   uint32_t no_path_timeout_ms;  /* how long an I/O waits for a usable path, default 30000 */
-  uint32_t kato_ms;             /* keep-alive timeout, default 5000, 0 none; NVMEOF_KATO_SHORTEST: the
-                                   controller's shortest (fastest fencing of a silent path, but
-                                   a loaded host may miss a 100 ms keep-alive) */
+  /* Keep-alive timeout, ms, rounded up to the controller's granularity; 0: none. Default
+   * NVMEOF_KATO_SHORTEST, the shortest the controller allows (100 ms on the embedded target),
+   * as in C++ and Python: KATO bounds how soon a silent path is detected and how long its
+   * writes wait to be fenced (2 x KATO + CQT). A host too loaded to answer within it has its
+   * path failed and reconnected (no I/O lost); such a host may ask for more, e.g. 5000, and
+   * its writes then wait seconds across a partition without CCR. */
+  uint32_t kato_ms;
   uint32_t io_deadline_ms;      /* per-command deadline before a path is failed; 0: derived from
                                    the path's latency (at most 25 ms) */
   nvmeof_completion_cb completion_cb; /* NULL: completion-queue mode */
@@ -126,6 +137,84 @@ NVMEOF_API int nvmeof_volume_open_discovered(const char* discovery_addr,
 /* Waits for in-flight I/O (bounded by no_path_timeout), then tears the volume down. Events not
  * reaped are dropped. */
 NVMEOF_API int nvmeof_volume_close(nvmeof_volume* vol);
+
+/* ---- The engine -------------------------------------------------------------------------- */
+
+/* How the engine's reactor threads wait for completions. */
+enum nvmeof_poll {
+  NVMEOF_POLL_ADAPTIVE = 0, /* spin briefly after an event while I/O is outstanding, then sleep;
+                               an idle engine costs no CPU (the default) */
+  NVMEOF_POLL_BUSY = 1,     /* never sleep: the lowest latency, a whole CPU per reactor */
+  NVMEOF_POLL_SLEEP = 2,    /* sleep whenever a turn found nothing to do */
+};
+
+enum nvmeof_placement {
+  NVMEOF_PLACEMENT_NUMA = 0,     /* reactors pinned (to `cpus`, else spread over the nodes), their
+                                    memory on their node, paths chosen knowing the distance */
+  NVMEOF_PLACEMENT_UNPINNED = 1, /* none of that */
+};
+
+/* The size of the submission entries of every reactor's io_uring. */
+enum nvmeof_sqe_size {
+  NVMEOF_SQE_64 = 0,  /* the default */
+  NVMEOF_SQE_128 = 1, /* needed by io_uring passthrough paths ("passthrough:///dev/ngXnY"), which
+                         share the reactors' rings */
+};
+
+/* Options of nvmeof_host_create(). Fill with nvmeof_host_options_init() first, so fields added
+ * later get their defaults. */
+typedef struct nvmeof_host_options {
+  uint32_t struct_size; /* sizeof(nvmeof_host_options), set by _init */
+  uint32_t reactors;    /* reactor threads (1..256), fixed for the engine's life; default 1 */
+  uint32_t poll;        /* enum nvmeof_poll, default NVMEOF_POLL_ADAPTIVE */
+  uint32_t placement;   /* enum nvmeof_placement, default NVMEOF_PLACEMENT_NUMA */
+  /* NUMA placement: reactor i is pinned to cpus[i % ncpus]. NULL (ncpus 0): CPUs chosen with
+   * the nodes interleaved. Read during nvmeof_host_create() only. */
+  const int* cpus;
+  size_t ncpus;
+  uint32_t sqe_size;    /* enum nvmeof_sqe_size, default NVMEOF_SQE_64 */
+} nvmeof_host_options;
+
+NVMEOF_API void nvmeof_host_options_init(nvmeof_host_options* opts);
+
+/* Starts an engine: its reactor threads (placed as `opts` says), its control thread and its
+ * pool. The caller holds one reference, given back with nvmeof_host_close(); each volume opened
+ * on it holds another. Any thread. -EINVAL for bad options (reactors 0 or above 256, an unknown
+ * enum value, a negative CPU, cpus NULL with ncpus not 0, a struct_size smaller than this
+ * header's); io_uring's errno when it is unavailable (-ENOSYS, -EPERM, -ENOMEM); -EAGAIN when a
+ * thread cannot be started. A CPU that does not exist or is not allowed leaves its reactor
+ * unpinned (logged). */
+NVMEOF_API int nvmeof_host_create(const nvmeof_host_options* opts, nvmeof_host** out);
+/* Gives back the caller's reference. Volumes opened on the host keep it running; its threads
+ * stop when the last of them closes (or now, when none is open). Any thread but a reactor's (not
+ * from inside a completion callback). In a forked child it only forgets the handle. -EINVAL for
+ * NULL. */
+NVMEOF_API int nvmeof_host_close(nvmeof_host* host);
+
+/* What an engine runs and costs right now (counted, not timed). */
+typedef struct nvmeof_host_stats {
+  uint32_t struct_size;     /* set by the caller to sizeof(nvmeof_host_stats) */
+  uint32_t reactors;        /* reactor threads */
+  uint32_t threads;         /* every thread of the engine: reactors, control thread, pool */
+  uint32_t volumes;         /* volumes open on it */
+  uint64_t reactor_cpu_ns;  /* CPU time all its reactor threads have used */
+  uint64_t reactor_wakeups; /* times its reactor threads came back from a wait in their ring */
+} nvmeof_host_stats;
+
+/* Fills `stats` (its struct_size set first). Any thread. -EINVAL for NULL or a struct_size
+ * smaller than this header's, -ECHILD in a forked child. */
+NVMEOF_API int nvmeof_host_stats_get(const nvmeof_host* host, nvmeof_host_stats* stats);
+
+/* As nvmeof_volume_open(), on `host`: the volume's I/O runs on its reactors and the volume holds
+ * it until closed. opts->reactors is not used (the host's own options hold). Any thread but a
+ * reactor's. Errors as nvmeof_volume_open(), and -EINVAL for a NULL host or a passthrough path
+ * on a host made without NVMEOF_SQE_128, -ECHILD for a host made before a fork. */
+NVMEOF_API int nvmeof_volume_open_on(nvmeof_host* host, const char* const* paths, size_t npaths,
+                                     const nvmeof_volume_options* opts, nvmeof_volume** out);
+/* As nvmeof_volume_open_discovered(), on `host` (see nvmeof_volume_open_on()). */
+NVMEOF_API int nvmeof_volume_open_discovered_on(nvmeof_host* host, const char* discovery_addr,
+                                                const nvmeof_volume_options* opts,
+                                                nvmeof_volume** out);
 
 NVMEOF_API uint32_t nvmeof_volume_block_size(const nvmeof_volume* vol);
 NVMEOF_API uint64_t nvmeof_volume_size(const nvmeof_volume* vol); /* bytes */

@@ -1,4 +1,4 @@
-// The C API (include/nvmeof/nvmeof.h) over nvmeof::Volume.
+// The C API (include/nvmeof/nvmeof.h) over nvmeof::Volume and nvmeof::Host.
 //
 // Each volume owns `queue_depth` I/O slots allocated at open (a VolumeIo plus the caller's
 // cookie). A submit takes a slot from a spinlock-guarded free stack (a handful of instructions
@@ -43,6 +43,11 @@ std::once_flag g_atfork_once;
 
 void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 
+// Called before a handle is made: a handle made before the first fork must see it.
+void watch_fork() {
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
+}
+
 class SpinLock {
  public:
   void lock() noexcept {
@@ -67,6 +72,16 @@ struct Slot {
 };
 
 }  // namespace
+
+// One reference to an engine. The handle is the caller's; volumes opened on it hold their own.
+struct nvmeof_host {
+  std::shared_ptr<Host> host;
+  uint32_t generation = 0;
+
+  bool forked() const noexcept {
+    return generation != g_fork_generation.load(std::memory_order_relaxed);
+  }
+};
 
 struct nvmeof_volume {
   std::unique_ptr<Volume> volume;
@@ -236,6 +251,54 @@ int finish_open(Result<std::unique_ptr<Volume>> r, const nvmeof_volume_options* 
   return 0;
 }
 
+// `host` null: the process's shared engine for the engine fields of `o`.
+int open_paths(std::shared_ptr<Host> host, const char* const* paths, size_t npaths,
+               const nvmeof_volume_options* o, nvmeof_volume** out) {
+  if (!out) return -EINVAL;
+  *out = nullptr;
+  if (!paths || npaths == 0) return -EINVAL;
+  try {
+    VolumeOptions vo;
+    if (!fill_options(o, vo)) return -EINVAL;
+    for (size_t i = 0; i < npaths; ++i) {
+      if (!paths[i]) return -EINVAL;
+      auto a = TransportAddress::parse(paths[i]);
+      if (!a) return -EINVAL;
+      vo.paths.push_back(*a);
+    }
+    return finish_open(host ? Volume::open(std::move(host), vo) : Volume::open(vo), o, out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  } catch (const std::system_error& e) {
+    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
+  }
+}
+
+int open_discovered(std::shared_ptr<Host> host, const char* discovery, const nvmeof_volume_options* o,
+                    nvmeof_volume** out) {
+  if (!out) return -EINVAL;
+  *out = nullptr;
+  if (!discovery) return -EINVAL;
+  try {
+    VolumeOptions vo;
+    if (!fill_options(o, vo)) return -EINVAL;
+    auto a = TransportAddress::parse(discovery);
+    if (!a) return -EINVAL;
+    return finish_open(host ? Volume::open_discovered(std::move(host), *a, vo) : Volume::open_discovered(*a, vo),
+                       o, out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  } catch (const std::system_error& e) {
+    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
+  }
+}
+
+int check_host(const nvmeof_host* h) noexcept {
+  if (!h) return -EINVAL;
+  if (h->forked()) return -ECHILD;
+  return 0;
+}
+
 // Checks a byte range and turns it into blocks.
 int to_blocks(const nvmeof_volume* v, size_t len, uint64_t offset, uint64_t& slba, uint32_t& nlb) {
   const uint64_t bs = v->block_size;
@@ -310,24 +373,84 @@ void nvmeof_volume_options_init(nvmeof_volume_options* o) {
   o->reactors = 1;
   o->selector = NVMEOF_SELECTOR_SERVICE_TIME;
   o->no_path_timeout_ms = 30000;
-  o->kato_ms = 5000;
+  o->kato_ms = NVMEOF_KATO_SHORTEST;
 }
 
 int nvmeof_volume_open(const char* const* paths, size_t npaths, const nvmeof_volume_options* o,
                        nvmeof_volume** out) {
-  if (!out || !paths || npaths == 0) return -EINVAL;
+  watch_fork();
+  return open_paths(nullptr, paths, npaths, o, out);
+}
+
+int nvmeof_volume_open_discovered(const char* discovery, const nvmeof_volume_options* o,
+                                  nvmeof_volume** out) {
+  watch_fork();
+  return open_discovered(nullptr, discovery, o, out);
+}
+
+int nvmeof_volume_open_on(nvmeof_host* h, const char* const* paths, size_t npaths,
+                          const nvmeof_volume_options* o, nvmeof_volume** out) {
+  if (out) *out = nullptr;
+  if (int rc = check_host(h)) return rc;
+  return open_paths(h->host, paths, npaths, o, out);
+}
+
+int nvmeof_volume_open_discovered_on(nvmeof_host* h, const char* discovery,
+                                     const nvmeof_volume_options* o, nvmeof_volume** out) {
+  if (out) *out = nullptr;
+  if (int rc = check_host(h)) return rc;
+  return open_discovered(h->host, discovery, o, out);
+}
+
+void nvmeof_host_options_init(nvmeof_host_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->reactors = 1;
+  o->poll = NVMEOF_POLL_ADAPTIVE;
+  o->placement = NVMEOF_PLACEMENT_NUMA;
+  o->sqe_size = NVMEOF_SQE_64;
+}
+
+int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
+  if (!out) return -EINVAL;
   *out = nullptr;
-  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  if (!o || o->struct_size < sizeof(nvmeof_host_options)) return -EINVAL;
+  if (o->reactors == 0 || o->reactors > 256 || (!o->cpus && o->ncpus != 0)) return -EINVAL;
+  watch_fork();
   try {
-    VolumeOptions vo;
-    if (!fill_options(o, vo)) return -EINVAL;
-    for (size_t i = 0; i < npaths; ++i) {
-      if (!paths[i]) return -EINVAL;
-      auto a = TransportAddress::parse(paths[i]);
-      if (!a) return -EINVAL;
-      vo.paths.push_back(*a);
+    HostOptions ho;
+    ho.reactors = o->reactors;
+    switch (o->poll) {
+      case NVMEOF_POLL_ADAPTIVE: ho.poll = PollMode::adaptive; break;
+      case NVMEOF_POLL_BUSY: ho.poll = PollMode::busy; break;
+      case NVMEOF_POLL_SLEEP: ho.poll = PollMode::sleep; break;
+      default: return -EINVAL;
     }
-    return finish_open(Volume::open(vo), o, out);
+    switch (o->placement) {
+      case NVMEOF_PLACEMENT_NUMA: ho.placement = PlacementMode::numa; break;
+      case NVMEOF_PLACEMENT_UNPINNED: ho.placement = PlacementMode::unpinned; break;
+      default: return -EINVAL;
+    }
+    switch (o->sqe_size) {
+      case NVMEOF_SQE_64: ho.big_entries = false; break;
+      case NVMEOF_SQE_128: ho.big_entries = true; break;
+      default: return -EINVAL;
+    }
+    for (size_t i = 0; i < o->ncpus; ++i) {
+      if (o->cpus[i] < 0) return -EINVAL;
+      ho.cpus.push_back(o->cpus[i]);
+    }
+    auto made = Host::create(ho);
+    if (!made) {
+      detail::log_warning("nvmeof: host: %s", made.error().message().c_str());
+      return to_errno(made.error());
+    }
+    auto h = std::make_unique<nvmeof_host>();
+    h->host = std::move(*made);
+    h->generation = g_fork_generation.load(std::memory_order_relaxed);
+    *out = h.release();
+    return 0;
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
@@ -335,21 +458,32 @@ int nvmeof_volume_open(const char* const* paths, size_t npaths, const nvmeof_vol
   }
 }
 
-int nvmeof_volume_open_discovered(const char* discovery, const nvmeof_volume_options* o,
-                                  nvmeof_volume** out) {
-  if (!out || !discovery) return -EINVAL;
-  *out = nullptr;
-  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &on_fork_child); });
+int nvmeof_host_close(nvmeof_host* h) {
+  if (!h) return -EINVAL;
+  if (h->forked()) {
+    // The engine's threads do not exist in this process: letting go of the last reference would
+    // join them forever. Forget it; the parent still owns the real one.
+    (void)new std::shared_ptr<Host>(std::move(h->host));
+  }
+  delete h;
+  return 0;
+}
+
+int nvmeof_host_stats_get(const nvmeof_host* h, nvmeof_host_stats* out) {
+  if (int rc = check_host(h)) return rc;
+  if (!out || out->struct_size < sizeof(nvmeof_host_stats)) return -EINVAL;
   try {
-    VolumeOptions vo;
-    if (!fill_options(o, vo)) return -EINVAL;
-    auto a = TransportAddress::parse(discovery);
-    if (!a) return -EINVAL;
-    return finish_open(Volume::open_discovered(*a, vo), o, out);
+    const HostStats s = h->host->stats();
+    out->reactors = s.reactors;
+    out->threads = s.threads;
+    out->volumes = s.volumes;
+    out->reactor_cpu_ns = 0;
+    for (uint64_t ns : s.reactor_cpu_ns) out->reactor_cpu_ns += ns;
+    out->reactor_wakeups = 0;
+    for (uint64_t n : s.reactor_wakeups) out->reactor_wakeups += n;
+    return 0;
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
-  } catch (const std::system_error& e) {
-    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
 

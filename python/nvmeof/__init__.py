@@ -12,9 +12,13 @@
 Offsets and lengths are bytes, multiples of `vol.block_size`. Buffers are any contiguous
 buffer-protocol object (bytearray, memoryview, numpy array, CPU torch tensor).
 
-fork: a volume belongs to the process that opened it. Using it in a forked child (a PyTorch
-DataLoader worker) raises ForkedVolumeError; open a new Volume in the child instead (in the
-DataLoader's worker_init_fn).
+Volumes run on an engine (reactor threads, one control thread, a small pool): by default the
+process's shared one; `nvmeof.Host(reactors=2, poll="busy")` makes one of your own, and
+`nvmeof.Volume(..., host=h)` opens a volume on it.
+
+fork: a volume (or a Host) belongs to the process that opened it. Using it in a forked child (a
+PyTorch DataLoader worker) raises ForkedVolumeError; open a new Volume in the child instead (in
+the DataLoader's worker_init_fn).
 
 The binding goes through the C API (nvmeof.h): its completion queue and eventfd are what
 asyncio and polling loops need, and the Python package and every other FFI user then share one
@@ -35,7 +39,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import _core
 
-__all__ = ["Volume", "Future", "NvmeError", "ForkedVolumeError", "alloc", "status_str"]
+__all__ = ["Host", "Volume", "Future", "NvmeError", "ForkedVolumeError", "alloc", "status_str"]
 
 _log = logging.getLogger("nvmeof")
 _LEVELS = {3: logging.ERROR, 4: logging.WARNING, 6: logging.INFO}
@@ -70,7 +74,14 @@ class NvmeError(OSError):
 
 
 class ForkedVolumeError(RuntimeError):
-    """A volume used in a process forked after it was opened."""
+    """A volume, or a Host, used in a process forked after it was opened."""
+
+
+def _forked(what: str, pid: int) -> ForkedVolumeError:
+    return ForkedVolumeError(
+        f"nvmeof: this {what} was opened by process {pid} and cannot be used in process "
+        f"{os.getpid()} (a fork child): open a new nvmeof.{what} in the child, e.g. in the "
+        "DataLoader's worker_init_fn")
 
 
 def alloc(nbytes: int, node: Optional[int] = None) -> memoryview:
@@ -138,11 +149,113 @@ _OP_NAMES = {_core.OP_READ: "read", _core.OP_WRITE: "write", _core.OP_FLUSH: "fl
              _core.OP_WRITE_ZEROES: "write zeroes"}
 
 
+_POLL = {"adaptive": _core.POLL_ADAPTIVE, "busy": _core.POLL_BUSY, "sleep": _core.POLL_SLEEP}
+_PLACEMENT = {"numa": _core.PLACEMENT_NUMA, "unpinned": _core.PLACEMENT_UNPINNED}
+
+
+class Host:
+    """The engine volumes run on: `reactors` reactor threads (each an io_uring that carries the
+    I/O of every volume placed on it), one control thread (admin queues, keep-alive, reconnects)
+    and a small pool for blocking work. Without one, volumes share the process's engine for
+    their `reactors`; with `Volume(..., host=h)` they run on this one.
+
+    Host(reactors=1, poll="adaptive", placement="numa", cpus=None)
+    poll: "adaptive" (spin briefly while I/O is outstanding, sleep when idle), "busy" (never
+    sleep: the lowest latency, a whole CPU per reactor) or "sleep".
+    placement: "numa" (reactor i pinned to cpus[i % len(cpus)], or to CPUs spread over the
+    nodes when cpus is None; memory on the reactor's node) or "unpinned".
+
+    close() gives back this handle's reference: volumes opened on the host keep it running, and
+    its threads stop when the last of them closes. Usable as a context manager.
+    """
+
+    def __init__(self, reactors: int = 1, poll: str = "adaptive", placement: str = "numa",
+                 cpus: Optional[Sequence[int]] = None):
+        if not 1 <= reactors <= 256:
+            raise ValueError(f"nvmeof.Host: reactors must be in 1..256, got {reactors}")
+        if poll not in _POLL:
+            raise ValueError(f"nvmeof.Host: poll must be one of {', '.join(_POLL)}, got {poll!r}")
+        if placement not in _PLACEMENT:
+            raise ValueError(f"nvmeof.Host: placement must be one of {', '.join(_PLACEMENT)}, "
+                             f"got {placement!r}")
+        cpu_list = None if cpus is None else [int(c) for c in cpus]
+        if cpu_list is not None and any(c < 0 for c in cpu_list):
+            raise ValueError(f"nvmeof.Host: cpus must be CPU numbers >= 0, got {cpu_list}")
+        self._pid = os.getpid()
+        self._h = None
+        self._h = _core.Host(reactors, _POLL[poll], _PLACEMENT[placement], cpu_list)
+        self.poll: str = poll
+        self.placement: str = placement
+        self.cpus: Optional[List[int]] = cpu_list
+
+    def close(self) -> None:
+        """Gives back this handle's reference (volumes on the host keep it). Idempotent."""
+        h, self._h = self._h, None
+        if h is not None:
+            h.close()  # in a forked child this only forgets the handle
+
+    def __enter__(self) -> "Host":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def _core(self):
+        if self._h is None:
+            raise ValueError("nvmeof: the Host is closed")
+        if os.getpid() != self._pid:
+            raise _forked("Host", self._pid)
+        return self._h
+
+    def stats(self) -> dict:
+        """What the engine runs and costs now: reactors, threads (reactors, the control thread and
+        the pool), volumes open on it, reactor_cpu_ns and reactor_wakeups (over all reactors)."""
+        return self._core().stats()
+
+    @property
+    def reactors(self) -> int:
+        return self.stats()["reactors"]
+
+    @property
+    def threads(self) -> int:
+        return self.stats()["threads"]
+
+    @property
+    def volumes(self) -> int:
+        """Volumes open on the host now."""
+        return self.stats()["volumes"]
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<nvmeof.Host closed>"
+        s = self.stats()
+        return (f"<nvmeof.Host {s['reactors']} reactors ({self.poll}, {self.placement}), "
+                f"{s['volumes']} volumes>")
+
+
 class Volume:
     """One namespace over one or more paths (`"addr:port"`, `"tcp://[::1]:4420"`).
 
     Volume(paths, nqn=..., nsid=1, queue_depth=256, reactors=1, no_path_timeout=30.0,
-           keep_alive_timeout=5.0, io_deadline=0.0)
+           keep_alive_timeout=None, io_deadline=0.0, host=None)
+    keep_alive_timeout: seconds; None: the shortest the controller allows (100 ms on the
+    embedded target), the default of the C and C++ APIs too, since it bounds how soon a silent
+    path is detected and how long its writes wait to be fenced (2 x KATO + CQT); 0: none. A
+    host too loaded to answer in time has the path failed and reconnected (no I/O lost); such
+    a host may ask for more (e.g. 5.0).
+    host: an nvmeof.Host to run on (its reactors, poll mode and CPUs; `reactors` is then the
+    host's, not given here). None: the process's shared engine with `reactors` reactors (1).
     io_deadline: seconds a command may take before its path is failed (0: derived from the
     path's latency, at most 25 ms; raise it on a heavily loaded host).
     Volume(discovery="addr:port", nqn=...)   every path a discovery controller lists
@@ -156,10 +269,12 @@ class Volume:
     """
 
     def __init__(self, paths: Sequence[str] = (), nqn: str = "", *, nsid: int = 1,
-                 queue_depth: int = 256, reactors: int = 1, no_path_timeout: float = 30.0,
-                 keep_alive_timeout: float = 5.0, io_deadline: float = 0.0,
+                 queue_depth: int = 256, reactors: Optional[int] = None,
+                 no_path_timeout: float = 30.0,
+                 keep_alive_timeout: Optional[float] = None, io_deadline: float = 0.0,
                  discovery: Optional[str] = None, hostnqn: str = "",
-                 dhchap_secret: str = "", dhchap_ctrl_secret: str = "", tls_psk: str = ""):
+                 dhchap_secret: str = "", dhchap_ctrl_secret: str = "", tls_psk: str = "",
+                 host: Optional[Host] = None):
         if isinstance(paths, str):
             paths = [paths]
         paths = list(paths)
@@ -169,12 +284,27 @@ class Volume:
             raise ValueError("nvmeof.Volume: give at least one path address or discovery=")
         if not 1 <= queue_depth <= 65536:
             raise ValueError(f"nvmeof.Volume: queue_depth must be in 1..65536, got {queue_depth}")
+        if keep_alive_timeout is not None and keep_alive_timeout < 0:
+            raise ValueError(f"nvmeof.Volume: keep_alive_timeout must be >= 0 (or None), got "
+                             f"{keep_alive_timeout}")
+        if keep_alive_timeout is None:
+            kato_ms = _core.KATO_SHORTEST
+        else:  # a positive timeout never rounds down to 0 (none)
+            kato_ms = 0 if keep_alive_timeout == 0 else max(1, round(keep_alive_timeout * 1000))
+        if host is not None:
+            if not isinstance(host, Host):
+                raise TypeError(f"nvmeof.Volume: host must be an nvmeof.Host, got "
+                                f"{type(host).__name__}")
+            if reactors is not None:
+                raise ValueError("nvmeof.Volume: reactors is the Host's (nvmeof.Host(reactors=...)), "
+                                 "not given with host=")
+        h = host._core() if host is not None else None
         self._pid = os.getpid()
         self._v = None
-        self._v = _core.Volume(paths, nqn, nsid, queue_depth, reactors,
-                               int(no_path_timeout * 1000), int(keep_alive_timeout * 1000),
+        self._v = _core.Volume(paths, nqn, nsid, queue_depth, 1 if reactors is None else reactors,
+                               int(no_path_timeout * 1000), kato_ms,
                                int(io_deadline * 1000), discovery or "", hostnqn,
-                               dhchap_secret, dhchap_ctrl_secret, tls_psk)
+                               dhchap_secret, dhchap_ctrl_secret, tls_psk, h)
         self.block_size: int = self._v.block_size
         self.size: int = self._v.size
         self.queue_depth: int = queue_depth
@@ -233,10 +363,7 @@ class Volume:
         if self._v is None:
             raise ValueError("nvmeof: I/O on a closed volume")
         if os.getpid() != self._pid:
-            raise ForkedVolumeError(
-                f"nvmeof: this volume was opened by process {self._pid} and cannot be used in "
-                f"process {os.getpid()} (a fork child): open a new nvmeof.Volume in the child, "
-                "e.g. in the DataLoader's worker_init_fn")
+            raise _forked("Volume", self._pid)
         return self._v
 
     # -- argument checks ------------------------------------------------------------------------

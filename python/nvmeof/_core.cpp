@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,13 +50,71 @@ class Bytes {
   Py_buffer v_;
 };
 
+// The caller's reference to an engine (nvmeof_host). Volumes opened on it hold their own, so
+// close() may come first.
+class PyHost {
+ public:
+  PyHost(uint32_t reactors, uint32_t poll, uint32_t placement, const std::optional<std::vector<int>>& cpus) {
+    nvmeof_host_options o;
+    nvmeof_host_options_init(&o);
+    o.reactors = reactors;
+    o.poll = poll;
+    o.placement = placement;
+    if (cpus && !cpus->empty()) {
+      o.cpus = cpus->data();
+      o.ncpus = cpus->size();
+    }
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_host_create(&o, &host_);
+    }
+    if (rc != 0) raise_errno(rc, "nvmeof: cannot start the host");
+  }
+  ~PyHost() { close(); }
+  PyHost(const PyHost&) = delete;
+  PyHost& operator=(const PyHost&) = delete;
+
+  // Stops the engine when no volume holds it (joins its threads): without the GIL.
+  void close() {
+    if (!host_) return;
+    nvmeof_host* h = host_;
+    host_ = nullptr;
+    py::gil_scoped_release nogil;
+    nvmeof_host_close(h);
+  }
+
+  nvmeof_host* get() const {
+    if (!host_) throw py::value_error("nvmeof: the Host is closed");
+    return host_;
+  }
+
+  py::dict stats() const {
+    nvmeof_host_stats s{};
+    s.struct_size = sizeof s;
+    const int rc = nvmeof_host_stats_get(get(), &s);
+    if (rc) raise_errno(rc, "nvmeof: host stats");
+    py::dict d;
+    d["reactors"] = s.reactors;
+    d["threads"] = s.threads;
+    d["volumes"] = s.volumes;
+    d["reactor_cpu_ns"] = s.reactor_cpu_ns;
+    d["reactor_wakeups"] = s.reactor_wakeups;
+    return d;
+  }
+
+ private:
+  nvmeof_host* host_ = nullptr;
+};
+
 class PyVolume {
  public:
   PyVolume(const std::vector<std::string>& paths, const std::string& nqn, uint32_t nsid,
            uint32_t queue_depth, uint32_t reactors, uint32_t no_path_timeout_ms,
            uint32_t kato_ms, uint32_t io_deadline_ms, const std::string& discovery,
            const std::string& hostnqn, const std::string& dhchap_secret,
-           const std::string& dhchap_ctrl_secret, const std::string& tls_psk) {
+           const std::string& dhchap_ctrl_secret, const std::string& tls_psk, const PyHost* host) {
+    nvmeof_host* h = host ? host->get() : nullptr;
     nvmeof_volume_options o;
     nvmeof_volume_options_init(&o);
     o.subnqn = nqn.c_str();
@@ -74,8 +133,12 @@ class PyVolume {
     int rc;
     {
       py::gil_scoped_release nogil;
-      rc = discovery.empty() ? nvmeof_volume_open(p.data(), p.size(), &o, &vol_)
-                             : nvmeof_volume_open_discovered(discovery.c_str(), &o, &vol_);
+      if (h)
+        rc = discovery.empty() ? nvmeof_volume_open_on(h, p.data(), p.size(), &o, &vol_)
+                               : nvmeof_volume_open_discovered_on(h, discovery.c_str(), &o, &vol_);
+      else
+        rc = discovery.empty() ? nvmeof_volume_open(p.data(), p.size(), &o, &vol_)
+                               : nvmeof_volume_open_discovered(discovery.c_str(), &o, &vol_);
     }
     if (rc != 0) raise_errno(rc, "nvmeof: cannot open the volume");
     bs_ = nvmeof_volume_block_size(vol_);
@@ -265,11 +328,22 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_WRITE") = int(NVMEOF_OP_WRITE);
   m.attr("OP_FLUSH") = int(NVMEOF_OP_FLUSH);
   m.attr("OP_WRITE_ZEROES") = int(NVMEOF_OP_WRITE_ZEROES);
+  m.attr("KATO_SHORTEST") = NVMEOF_KATO_SHORTEST;
+  m.attr("POLL_ADAPTIVE") = int(NVMEOF_POLL_ADAPTIVE);
+  m.attr("POLL_BUSY") = int(NVMEOF_POLL_BUSY);
+  m.attr("POLL_SLEEP") = int(NVMEOF_POLL_SLEEP);
+  m.attr("PLACEMENT_NUMA") = int(NVMEOF_PLACEMENT_NUMA);
+  m.attr("PLACEMENT_UNPINNED") = int(NVMEOF_PLACEMENT_UNPINNED);
+
+  py::class_<PyHost>(m, "Host")
+      .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&>())
+      .def("close", &PyHost::close)
+      .def("stats", &PyHost::stats);
 
   py::class_<PyVolume>(m, "Volume")
       .def(py::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t,
                     uint32_t, uint32_t, uint32_t, uint32_t, const std::string&, const std::string&,
-                    const std::string&, const std::string&, const std::string&>())
+                    const std::string&, const std::string&, const std::string&, const PyHost*>())
       .def("close", &PyVolume::close)
       .def_property_readonly("block_size", &PyVolume::block_size)
       .def_property_readonly("size", &PyVolume::size)

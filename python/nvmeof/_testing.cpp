@@ -19,8 +19,9 @@ class PyTarget {
  public:
   PyTarget(size_t ports, uint64_t size, uint32_t block_size, const std::string& nqn,
            const std::vector<std::tuple<std::string, std::string, std::string>>& hosts,
-           const std::string& tls, const std::string& tls_psk)
+           const std::string& tls, const std::string& tls_psk, uint32_t namespaces)
       : nqn_(nqn) {
+    if (namespaces == 0) throw py::value_error("nvmeof._testing.Target: namespaces must be >= 1");
     PortTls port_tls = PortTls::none;
     if (tls == "required") port_tls = PortTls::required;
     else if (tls == "not-required") port_tls = PortTls::not_required;
@@ -36,8 +37,14 @@ class PyTarget {
       o.ports.push_back(p);
     }
     o.subsystems[0].nqn = nqn;
-    o.subsystems[0].namespaces[0].size_bytes = size;
-    o.subsystems[0].namespaces[0].block_size = block_size;
+    o.subsystems[0].namespaces.clear();
+    for (uint32_t i = 0; i < namespaces; ++i) {
+      TargetNamespace ns;
+      ns.nsid = i + 1;
+      ns.size_bytes = size;
+      ns.block_size = block_size;
+      o.subsystems[0].namespaces.push_back(ns);
+    }
     for (const auto& [hnqn, key, ctrl_key] : hosts) o.subsystems[0].hosts.push_back({hnqn, key, ctrl_key, "", ""});
     Result<std::unique_ptr<Target>> t = [&] {
       py::gil_scoped_release nogil;
@@ -76,15 +83,15 @@ class PyTarget {
     d["tls_plaintext_refused"] = s.tls_plaintext_refused;
     return d;
   }
-  py::bytes read_ns(uint64_t offset, size_t len) {
+  py::bytes read_ns(uint64_t offset, size_t len, uint32_t nsid) {
     std::string b(len, '\0');
-    if (auto r = t_->read_ns(nqn_, 1, offset, b.data(), len); !r)
+    if (auto r = t_->read_ns(nqn_, nsid, offset, b.data(), len); !r)
       throw std::runtime_error("nvmeof._testing: read_ns: " + r.error().message());
     return py::bytes(b);
   }
-  void write_ns(uint64_t offset, const py::bytes& data) {
+  void write_ns(uint64_t offset, const py::bytes& data, uint32_t nsid) {
     const std::string b = data;
-    if (auto r = t_->write_ns(nqn_, 1, offset, b.data(), b.size()); !r)
+    if (auto r = t_->write_ns(nqn_, nsid, offset, b.data(), b.size()); !r)
       throw std::runtime_error("nvmeof._testing: write_ns: " + r.error().message());
   }
   void stop() {
@@ -106,7 +113,7 @@ PYBIND11_MODULE(_testing, m) {
   py::class_<PyTarget>(m, "Target")
       .def(py::init<size_t, uint64_t, uint32_t, const std::string&,
                     const std::vector<std::tuple<std::string, std::string, std::string>>&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, uint32_t>(),
            py::arg("ports") = 2, py::arg("size") = 64ull << 20, py::arg("block_size") = 4096,
            py::arg("nqn") = "nqn.2024-01.io.nvmeof:python",
            // (host NQN, DH-HMAC-CHAP key, controller key): naming hosts closes the subsystem
@@ -114,7 +121,9 @@ PYBIND11_MODULE(_testing, m) {
            py::arg("hosts") = std::vector<std::tuple<std::string, std::string, std::string>>{},
            // every port's secure channel ("none", "not-required", "required") and its PSK
            // ("NVMeTLSkey-1:...")
-           py::arg("tls") = "none", py::arg("tls_psk") = "")
+           py::arg("tls") = "none", py::arg("tls_psk") = "",
+           // namespaces 1..N of the subsystem, each `size` bytes
+           py::arg("namespaces") = 1)
       .def_property_readonly("addresses", &PyTarget::addresses)
       .def_property_readonly("nqn", &PyTarget::nqn)
       .def("reset", &PyTarget::reset)
@@ -122,8 +131,8 @@ PYBIND11_MODULE(_testing, m) {
       .def("clear_faults", &PyTarget::clear_faults)
       .def("fail_commands", &PyTarget::fail_commands)
       .def("port_stats", &PyTarget::port_stats)
-      .def("read_ns", &PyTarget::read_ns)
-      .def("write_ns", &PyTarget::write_ns)
+      .def("read_ns", &PyTarget::read_ns, py::arg("offset"), py::arg("len"), py::arg("nsid") = 1)
+      .def("write_ns", &PyTarget::write_ns, py::arg("offset"), py::arg("data"), py::arg("nsid") = 1)
       .def("stop", &PyTarget::stop)
       .def("__enter__", [](PyTarget& t) -> PyTarget& { return t; }, py::return_value_policy::reference)
       .def("__exit__", [](PyTarget& t, py::args) { t.stop(); });

@@ -1,5 +1,6 @@
 /* The C API against the embedded target: data written and read back in both completion modes,
- * the blocking forms, write zeroes, DSM, flush, stats, the log hook and bad arguments.
+ * the blocking forms, write zeroes, DSM, flush, stats, the log hook, bad arguments, and volumes
+ * sharing an engine of their own (nvmeof_host).
  * Called as `capi-test ADDR:PORT NQN` (tests/integration/run_example.sh starts the target). */
 #include <errno.h>
 #include <poll.h>
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nvmeof/nvmeof.h"
 
@@ -221,6 +224,7 @@ static void on_log(int level, const char* msg, void* ctx) {
 static void test_bad_open(const char* nqn) {
   nvmeof_volume_options o;
   nvmeof_volume_options_init(&o);
+  CHECK(o.kato_ms == NVMEOF_KATO_SHORTEST); /* the C++ default too */
   o.subnqn = nqn;
   nvmeof_volume* vol = (nvmeof_volume*)1;
   const char* bad[] = {"not an address:99999"};
@@ -284,6 +288,138 @@ static void test_tls_open(const char* addr, const char* nqn) {
   nvmeof_volume_close(vol);
 }
 
+/* Writes `nblocks` blocks of pattern `seed` at block `first` through `w`, then reads them back
+ * through `r` and checks them. */
+static void write_then_read(nvmeof_volume* w, nvmeof_volume* r, uint64_t first, size_t nblocks,
+                            uint32_t seed) {
+  const uint32_t bs = nvmeof_volume_block_size(w);
+  const size_t n = nblocks * bs;
+  uint8_t* out = NULL;
+  uint8_t* in = NULL;
+  REQUIRE(nvmeof_buffer_alloc(n, -1, (void**)&out) == 0);
+  REQUIRE(nvmeof_buffer_alloc(n, -1, (void**)&in) == 0);
+  fill(out, n, seed);
+  nvmeof_status st = 0xffff;
+  CHECK(nvmeof_write(w, out, n, first * bs, &st) == 0 && st == 0);
+  st = 0xffff;
+  CHECK(nvmeof_read(r, in, n, first * bs, &st) == 0 && st == 0);
+  CHECK(verify(in, n, seed));
+  nvmeof_buffer_free(out);
+  nvmeof_buffer_free(in);
+}
+
+static int host_volumes(const nvmeof_host* h) {
+  nvmeof_host_stats hs;
+  memset(&hs, 0, sizeof hs);
+  hs.struct_size = sizeof hs;
+  const int rc = nvmeof_host_stats_get(h, &hs);
+  return rc < 0 ? rc : (int)hs.volumes;
+}
+
+/* Volumes on an engine of the caller's: the same namespace opened twice and once more through
+ * discovery, all on one two-reactor host; data written through each is read back through
+ * another. The host handle is closed before the volumes, which keep the engine running. */
+static void test_host(const char* addr, const char* nqn) {
+  nvmeof_host_options ho;
+  nvmeof_host_options_init(&ho);
+  CHECK(ho.reactors == 1 && ho.poll == NVMEOF_POLL_ADAPTIVE && ho.placement == NVMEOF_PLACEMENT_NUMA);
+  CHECK(ho.cpus == NULL && ho.ncpus == 0 && ho.sqe_size == NVMEOF_SQE_64);
+  static const int cpus[] = {0, 1};
+  ho.reactors = 2;
+  ho.cpus = cpus; /* a CPU this process may not use leaves its reactor unpinned */
+  ho.ncpus = 2;
+  nvmeof_host* host = NULL;
+  REQUIRE(nvmeof_host_create(&ho, &host) == 0);
+  REQUIRE(host != NULL);
+
+  nvmeof_host_stats hs;
+  memset(&hs, 0, sizeof hs);
+  hs.struct_size = sizeof hs;
+  REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);
+  CHECK(hs.reactors == 2);
+  CHECK(hs.threads > hs.reactors); /* and the control thread and the pool */
+  CHECK(hs.volumes == 0);
+
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  o.io_deadline_ms = 2000;
+  o.reactors = 7; /* not used: the host's own options hold */
+  const char* paths[] = {addr};
+  nvmeof_volume* a = NULL;
+  nvmeof_volume* b = NULL;
+  nvmeof_volume* c = NULL;
+  REQUIRE(nvmeof_volume_open_on(host, paths, 1, &o, &a) == 0);
+  REQUIRE(nvmeof_volume_open_on(host, paths, 1, &o, &b) == 0);
+  CHECK(host_volumes(host) == 2);
+  REQUIRE(nvmeof_volume_open_discovered_on(host, addr, &o, &c) == 0);
+  CHECK(host_volumes(host) == 3);
+  REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);
+  CHECK(hs.reactors == 2); /* no volume added a thread */
+
+  write_then_read(a, b, 100, 16, 21);
+  write_then_read(b, a, 200, 16, 22);
+  write_then_read(c, a, 300, 4, 23);
+  REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);
+  CHECK(hs.reactor_wakeups > 0);
+
+  /* Bad arguments around hosts. */
+  nvmeof_volume* bad = (nvmeof_volume*)1;
+  CHECK(nvmeof_volume_open_on(NULL, paths, 1, &o, &bad) == -EINVAL);
+  CHECK(bad == NULL);
+  CHECK(nvmeof_volume_open_discovered_on(NULL, addr, &o, &bad) == -EINVAL);
+  CHECK(nvmeof_volume_open_on(host, NULL, 0, &o, &bad) == -EINVAL);
+  nvmeof_host_stats small = hs;
+  small.struct_size = 4;
+  CHECK(nvmeof_host_stats_get(host, &small) == -EINVAL);
+  CHECK(nvmeof_host_stats_get(NULL, &hs) == -EINVAL);
+  CHECK(nvmeof_host_close(NULL) == -EINVAL);
+  nvmeof_host* h2 = (nvmeof_host*)1;
+  nvmeof_host_options bo = ho;
+  bo.reactors = 0;
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
+  CHECK(h2 == NULL);
+  bo = ho;
+  bo.poll = 9;
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
+  bo = ho;
+  bo.placement = 9;
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
+  bo = ho;
+  bo.cpus = NULL;
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL); /* ncpus 2 without a list */
+  bo = ho;
+  bo.struct_size = 4;
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
+  CHECK(nvmeof_host_create(NULL, &h2) == -EINVAL);
+
+  /* fork: the child has none of the engine's threads; every call on the parent's host refuses,
+   * close only forgets the handle. */
+  fflush(NULL);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int ok = nvmeof_host_stats_get(host, &hs) == -ECHILD;
+    nvmeof_volume* v = NULL;
+    ok &= nvmeof_volume_open_on(host, paths, 1, &o, &v) == -ECHILD && v == NULL;
+    ok &= nvmeof_read(a, NULL, 0, 0, NULL) == -ECHILD;
+    ok &= nvmeof_host_close(host) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int wst = 0;
+  REQUIRE(waitpid(pid, &wst, 0) == pid);
+  CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+
+  /* The caller's reference goes first: the volumes still hold the engine. */
+  CHECK(nvmeof_host_close(host) == 0);
+  write_then_read(a, b, 400, 8, 24);
+  write_then_read(b, c, 500, 8, 25);
+  CHECK(nvmeof_volume_close(a) == 0);
+  write_then_read(c, b, 600, 8, 26);
+  CHECK(nvmeof_volume_close(b) == 0);
+  CHECK(nvmeof_volume_close(c) == 0); /* the last holder: the engine stops */
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
@@ -293,6 +429,7 @@ int main(int argc, char** argv) {
   test_callback_mode(argv[1], argv[2]);
   test_bad_open(argv[2]);
   test_tls_open(argv[1], argv[2]);
+  test_host(argv[1], argv[2]);
   if (failures) {
     fprintf(stderr, "capi-test: %d checks failed\n", failures);
     return 1;

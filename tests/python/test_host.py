@@ -1,0 +1,167 @@
+"""nvmeof.Host against the embedded target: volumes of two namespaces on one engine, data checked
+on each, the host's counts, its lifetime against its volumes', bad arguments, fork."""
+import errno
+import os
+
+import pytest
+
+import nvmeof
+from nvmeof import _testing
+
+BS = 4096
+
+
+def pattern(n, seed):
+    return bytes(((i * 131 + seed * 7 + (i >> 9)) & 0xFF) for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def target2():
+    """Two ports to one subsystem with two namespaces (NSID 1 and 2) of 16 MiB."""
+    t = _testing.Target(ports=2, size=16 << 20, block_size=BS, nqn="nqn.2024-01.io.nvmeof:host",
+                        namespaces=2)
+    yield t
+    t.stop()
+
+
+def open_on(host, t, nsid):
+    return nvmeof.Volume(t.addresses, nqn=t.nqn, nsid=nsid, io_deadline=2.0, no_path_timeout=10.0,
+                         host=host)
+
+
+def test_two_volumes_share_one_host(target2):
+    with nvmeof.Host(reactors=2, poll="adaptive", placement="unpinned") as h:
+        s = h.stats()
+        assert s["reactors"] == 2 and h.reactors == 2
+        assert s["threads"] > s["reactors"]  # and the control thread and the pool
+        assert s["volumes"] == 0
+        with open_on(h, target2, 1) as a, open_on(h, target2, 2) as b:
+            assert h.volumes == 2
+            assert h.reactors == 2  # no volume added a thread
+            da, db = pattern(8 * BS, 1), pattern(8 * BS, 2)
+            # The same offset on both: each lands in its own namespace.
+            futs = a.write_batch([(da[i * BS:(i + 1) * BS], (10 + i) * BS) for i in range(8)])
+            assert b.pwrite(db, 10 * BS) == 8 * BS
+            a.wait(futs, timeout=10.0)
+            assert target2.read_ns(10 * BS, 8 * BS, nsid=1) == da
+            assert target2.read_ns(10 * BS, 8 * BS, nsid=2) == db
+            ra, rb = bytearray(8 * BS), bytearray(8 * BS)
+            a.pread(ra, 10 * BS)
+            b.submit_read(rb, 10 * BS).result(timeout=10.0)
+            assert ra == da and rb == db
+            assert h.stats()["reactor_wakeups"] > 0
+        assert h.volumes == 0
+        assert "0 volumes" in repr(h)
+    assert h.closed
+    assert repr(h) == "<nvmeof.Host closed>"
+
+
+def test_volumes_outlive_the_host_handle(target2):
+    h = nvmeof.Host(reactors=1)
+    a = open_on(h, target2, 1)
+    b = open_on(h, target2, 2)
+    assert h.volumes == 2
+    h.close()
+    h.close()
+    with pytest.raises(ValueError, match="Host is closed"):
+        h.stats()
+    # The volumes hold the engine: I/O goes on.
+    a.pwrite(pattern(BS, 3), 40 * BS)
+    b.pwrite(pattern(BS, 4), 40 * BS)
+    a.close()
+    out = bytearray(BS)
+    b.pread(out, 40 * BS)
+    assert out == pattern(BS, 4)
+    b.close()  # the last holder: the engine stops
+    assert target2.read_ns(40 * BS, BS, nsid=1) == pattern(BS, 3)
+    with pytest.raises(ValueError, match="Host is closed"):
+        open_on(h, target2, 1)
+
+
+def test_discovery_on_a_host(target2):
+    with nvmeof.Host() as h:
+        with nvmeof.Volume(discovery=target2.addresses[0], nqn=target2.nqn, nsid=2, io_deadline=2.0,
+                           host=h) as v:
+            assert len(v.stats()["paths"]) == 2
+            assert h.volumes == 1
+            v.pwrite(pattern(BS, 5), 50 * BS)
+            assert target2.read_ns(50 * BS, BS, nsid=2) == pattern(BS, 5)
+
+
+def test_bad_arguments(target2):
+    with pytest.raises(ValueError, match="reactors"):
+        nvmeof.Host(reactors=0)
+    with pytest.raises(ValueError, match="poll"):
+        nvmeof.Host(poll="spin")
+    with pytest.raises(ValueError, match="placement"):
+        nvmeof.Host(placement="pinned")
+    with pytest.raises(ValueError, match="cpus"):
+        nvmeof.Host(cpus=[-1])
+    with pytest.raises(TypeError, match="nvmeof.Host"):
+        nvmeof.Volume(target2.addresses, nqn=target2.nqn, host="not a host")
+    with nvmeof.Host() as h:
+        with pytest.raises(ValueError, match="reactors is the Host's"):
+            nvmeof.Volume(target2.addresses, nqn=target2.nqn, reactors=2, host=h)
+        assert h.volumes == 0
+
+
+def test_cpus(target2):
+    # A CPU this process may not use leaves its reactor unpinned: the host still works.
+    with nvmeof.Host(reactors=2, cpus=[0, 1], poll="sleep") as h:
+        assert h.cpus == [0, 1]
+        with open_on(h, target2, 1) as v:
+            v.pwrite(pattern(BS, 6), 60 * BS)
+            out = bytearray(BS)
+            v.pread(out, 60 * BS)
+            assert out == pattern(BS, 6)
+
+
+def test_fork(target2):
+    h = nvmeof.Host()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            msg = b"ok"
+            try:
+                h.stats()
+                msg = b"used the parent's host without an error"
+            except nvmeof.ForkedVolumeError as e:
+                if b"nvmeof.Host" not in str(e).encode():
+                    msg = b"unclear message"
+            if msg == b"ok":
+                try:
+                    open_on(h, target2, 1)
+                    msg = b"opened a volume on the parent's host"
+                except nvmeof.ForkedVolumeError:
+                    pass
+            if msg == b"ok":
+                # The C layer refuses too, not only the Python check.
+                try:
+                    h._h.stats()
+                    msg = b"C layer accepted the forked host"
+                except OSError as e:
+                    if e.errno != errno.ECHILD:
+                        msg = b"C layer: wrong errno"
+            if msg == b"ok":
+                h.close()  # only forgets the handle
+                with nvmeof.Host() as mine, open_on(mine, target2, 1) as v:
+                    v.pread(bytearray(BS), 0)
+            code = 0 if msg == b"ok" else 1
+            os.write(w, msg)
+        except BaseException as e:  # noqa: BLE001: report anything to the parent
+            os.write(w, repr(e).encode()[:200])
+        finally:
+            os._exit(code)
+    os.close(w)
+    msg = os.read(r, 256)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert msg == b"ok"
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's host is unaffected.
+    with open_on(h, target2, 2) as v:
+        assert h.volumes == 1
+        v.pread(bytearray(BS), 0)
+    h.close()
