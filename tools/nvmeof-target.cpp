@@ -1,5 +1,6 @@
 // nvmeof-target: the embedded NVMe/TCP target as a standalone server. Parses flags, starts
-// nvmeof::Target, serves until SIGINT or SIGTERM, exits 0.
+// nvmeof::Target, serves until SIGINT or SIGTERM, exits 0. One subsystem with one namespace by
+// default; --subsystems and --namespaces make many (a host with many volumes to measure).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,10 @@
 using namespace nvmeof;
 
 namespace {
+
+constexpr unsigned kMaxSubsystems = 256;
+// An Identify active namespace list holds 1024 NSIDs; more would need hosts to page through it.
+constexpr unsigned kMaxNamespaces = 1024;
 
 // "64M", "1G", "4096": bytes with an optional K/M/G/T (binary) suffix.
 bool parse_size(const std::string& s, uint64_t& out) {
@@ -134,7 +139,7 @@ bool parse_host_key(const char* flag, const std::string& arg, std::string& nqn, 
   return true;
 }
 
-// The access rule of the (only) subsystem, for the start-up line and the JSON.
+// The access rule of a subsystem (every one has the same), for the start-up line and the JSON.
 struct AccessInfo {
   bool any_host = true;
   std::string line;     // what the start-up output says
@@ -233,18 +238,28 @@ int main(int argc, char** argv) {
   std::string size = "64M";
   uint32_t block_size = 4096;
   std::string file;
+  unsigned namespaces = 1, subsystems = 1;
   TargetOptions opts;
   std::vector<std::string> ana;
   bool json = false;
   app.add_option("--listen,-l", listen, "ADDR:PORT to listen on, repeatable; [v6addr]:port for "
                  "IPv6; port 0 picks a free one")
       ->capture_default_str();
-  app.add_option("--nqn", nqn, "subsystem NQN")->capture_default_str();
-  app.add_option("--size", size, "namespace size, e.g. 64M, 1G")->capture_default_str();
+  app.add_option("--nqn", nqn, "subsystem NQN (with --subsystems M > 1: NQN-1 ... NQN-M)")
+      ->capture_default_str();
+  app.add_option("--subsystems", subsystems, "subsystems, each with the same namespaces and hosts")
+      ->check(CLI::Range(1u, kMaxSubsystems))
+      ->capture_default_str();
+  app.add_option("--namespaces", namespaces, "namespaces per subsystem (NSID 1 to N, each --size)")
+      ->check(CLI::Range(1u, kMaxNamespaces))
+      ->capture_default_str();
+  app.add_option("--size", size, "namespace size, e.g. 64M, 1G (RAM: committed only when written)")
+      ->capture_default_str();
   app.add_option("--block-size", block_size, "logical block size")
       ->check(CLI::IsMember({512, 4096}))
       ->capture_default_str();
-  app.add_option("--file", file, "back the namespace with this file (created if absent) instead of RAM");
+  app.add_option("--file", file, "back the namespace with this file (created if absent) instead of "
+                 "RAM; one subsystem with one namespace only");
   app.add_option("--cqt-ms", opts.cqt_ms, "Command Quiesce Time honoured (and reported), ms")
       ->capture_default_str();
   bool no_cqt_report = false, no_ccr = false;
@@ -364,8 +379,17 @@ int main(int argc, char** argv) {
   }
   ns.block_size = block_size;
   ns.file = file;
-  opts.subsystems[0].nqn = nqn;
-  opts.subsystems[0].namespaces = {ns};
+  if (!file.empty() && (namespaces > 1 || subsystems > 1)) {
+    std::fprintf(stderr, "nvmeof-target: --file backs one namespace: not with --namespaces or "
+                 "--subsystems above 1\n");
+    return 2;
+  }
+  opts.subsystems[0].nqn = subsystems > 1 ? nqn + "-1" : nqn;
+  opts.subsystems[0].namespaces.clear();
+  for (uint32_t i = 1; i <= namespaces; ++i) {
+    ns.nsid = i;
+    opts.subsystems[0].namespaces.push_back(ns);
+  }
 
   // Host entries: --allow-host in order, then hosts only a key names.
   std::vector<TargetHost>& hosts = opts.subsystems[0].hosts;
@@ -407,6 +431,14 @@ int main(int argc, char** argv) {
   opts.subsystems[0].access =
       allow_any_host ? HostAccess::any : hosts.empty() ? HostAccess::automatic : HostAccess::allow_list;
   const AccessInfo access = access_info(opts, opts.subsystems[0]);
+  for (unsigned i = 2; i <= subsystems; ++i) {
+    TargetSubsystem s = opts.subsystems[0];
+    s.nqn = nqn + "-" + std::to_string(i);
+    char serial[16];
+    std::snprintf(serial, sizeof serial, "NVMEOF%04u", i);  // subsystem 1 keeps the default's
+    s.serial = serial;
+    opts.subsystems.push_back(std::move(s));
+  }
 
   // Block the signals before any thread starts so every thread inherits the mask and only
   // sigwait below receives them.
@@ -450,10 +482,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < opts.ports.size(); ++i)
       std::printf("nvmeof-target: listening on %s (ANA group %zu, %s)\n",
                   (*target)->port_address(i).c_str(), i + 1, to_string((*target)->ana_state(i)));
-    std::printf("nvmeof-target: %s nsid 1: %llu bytes, %u-byte blocks, %s\n", nqn.c_str(),
-                static_cast<unsigned long long>(ns.size_bytes), block_size,
-                file.empty() ? "RAM" : file.c_str());
-    std::printf("nvmeof-target: %s: %s\n", nqn.c_str(), access.line.c_str());
+    const std::string nsids = namespaces == 1 ? "nsid 1" : "nsid 1-" + std::to_string(namespaces);
+    for (const auto& s : opts.subsystems) {
+      std::printf("nvmeof-target: %s %s: %llu bytes%s, %u-byte blocks, %s\n", s.nqn.c_str(),
+                  nsids.c_str(), static_cast<unsigned long long>(ns.size_bytes),
+                  namespaces == 1 ? "" : " each", block_size, file.empty() ? "RAM" : file.c_str());
+      std::printf("nvmeof-target: %s: %s\n", s.nqn.c_str(), access.line.c_str());
+    }
     std::fflush(stdout);
   }
 
