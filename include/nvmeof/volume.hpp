@@ -46,7 +46,9 @@ enum class PollMode : uint8_t {
   /// paths' recent latency (a completion due soon is not paid for with a wake-up), then sleeps.
   /// An idle volume sleeps: it costs no CPU.
   adaptive,
-  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion).
+  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion). With
+  /// commands in flight it also wakes every millisecond for their deadlines; an idle volume
+  /// wakes only a few times a second.
   sleep,
 };
 const char* to_string(PollMode m) noexcept;

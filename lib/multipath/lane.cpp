@@ -31,8 +31,9 @@ constexpr uint64_t kSpinMinNs = 20'000;
 constexpr uint64_t kSpinMaxNs = 250'000;
 constexpr uint64_t kSpinCutoffNs = 1'000'000;
 // How long a sleeping lane waits per turn: with work in flight or waiting on a list the turn
-// also runs deadlines and releases, so it comes back every millisecond; a quiescent adaptive
-// lane only wakes for a completion, a posted function, a submission or a reactor timer.
+// also runs deadlines and releases, so it comes back every millisecond; a quiescent lane
+// (adaptive or sleep) only wakes for a completion, a posted function, a submission or a
+// reactor timer, and otherwise a few times a second.
 constexpr auto kSleepTurn = std::chrono::microseconds(1000);
 constexpr auto kQuiescentTurn = std::chrono::microseconds(200'000);
 // Slow is not dead: a path whose oldest command is past the deadline while it completes nothing
@@ -223,7 +224,7 @@ void Lane::run() {
       run_adaptive();
       break;
     case PollMode::sleep:
-      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(kSleepTurn);
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
       break;
   }
   spinning_.store(false, std::memory_order_seq_cst);
