@@ -155,6 +155,18 @@ uint64_t Lane::cpu_ns() const noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+uint64_t Lane::turns() const noexcept {
+  return ready_.load(std::memory_order_acquire) ? reactor_->turns() : 0;
+}
+
+uint64_t Lane::wakeups() const noexcept {
+  return ready_.load(std::memory_order_acquire) ? reactor_->waits() : 0;
+}
+
+uint64_t Lane::timeouts() const noexcept {
+  return ready_.load(std::memory_order_acquire) ? reactor_->wait_timeouts() : 0;
+}
+
 bool Lane::quiescent() const noexcept {
   return inflight_total_.load(std::memory_order_relaxed) == 0 && waiting_.empty() && fenced_.empty() &&
          delayed_.empty() && orphans_.empty() && backlog_head_ == nullptr && graveyard_.empty();

@@ -222,6 +222,12 @@ class Lane final : public QueuePairListener {
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
   /// CPU time the lane's thread has used (its thread CPU clock). Any thread while it runs.
   uint64_t cpu_ns() const noexcept;
+  /// Its reactor's loop turns, wake-ups from a sleep in the ring and the wake-ups that were
+  /// its timeout (Reactor::turns, waits, wait_timeouts); 0 before the reactor exists. Any
+  /// thread while the lane runs.
+  uint64_t turns() const noexcept;
+  uint64_t wakeups() const noexcept;
+  uint64_t timeouts() const noexcept;
   /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
   int node() const noexcept;
 

@@ -173,6 +173,8 @@ PortStats Target::total_stats() const {
     t.ccr_received += s.ccr_received;
     t.ccr_completed += s.ccr_completed;
     t.keep_alive_expiries += s.keep_alive_expiries;
+    t.poll_passes += s.poll_passes;
+    t.poll_wakeups += s.poll_wakeups;
   }
   return t;
 }
