@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <system_error>
 
 #include "nvmeof/volume.hpp"
 
@@ -36,5 +37,9 @@ inline void (*g_lane_gap_for_test)(int lane, uint64_t from_ns, uint64_t to_ns, u
 /// its held-up lanes reports the same deadline for each of them. Set and cleared while no
 /// stats() call runs.
 inline void (*g_snapshot_wait_for_test)(std::chrono::steady_clock::time_point deadline) = nullptr;
+/// When set, called on the connect pool's thread around every reconnect attempt of a path (the
+/// connect and the attach to every lane): with `done` false as it starts, then true as it ends,
+/// with its error (none on success). Same rules as g_io_trace_for_test.
+inline void (*g_reconnect_for_test)(int path, bool done, std::error_code error) = nullptr;
 
 }  // namespace nvmeof::detail
