@@ -31,7 +31,9 @@ enum class PollMode : uint8_t {
   /// paths' recent latency (a completion due soon is not paid for with a wake-up), then sleeps.
   /// An idle reactor sleeps: it costs no CPU.
   adaptive,
-  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion).
+  /// Sleeps in the ring whenever a turn found nothing to do (a wake-up per completion). With
+  /// commands in flight it also wakes every millisecond for their deadlines; an idle reactor
+  /// wakes only a few times a second (VolumeStats::reactor_wakeups shows it).
   sleep,
 };
 const char* to_string(PollMode m) noexcept;

@@ -256,6 +256,15 @@ struct PortStats {
   /// I/O queues whose host connected with SQ flow control disabled (Connect CATTR bit 2): their
   /// reads end with a SUCCESS-flagged C2HData, no CapsuleResp.
   uint64_t io_queues_without_sq_flow_control = 0;
+  /// Passes of this port's connection threads over their sockets, closed connections included
+  /// (each pass looks once at the socket, posted completions, faults and deadlines). A
+  /// connection that spins (TargetPoll::busy on a live I/O queue, adaptive right after work)
+  /// makes one per non-blocking receive, hundreds of thousands a second; one that sleeps makes
+  /// about one per wake-up. Counts, not times: what a poll mode costs in events.
+  uint64_t poll_passes = 0;
+  /// Times those threads woke from a sleep in ppoll (a command, a completion or fault change
+  /// from another thread, a keep-alive or other deadline).
+  uint64_t poll_wakeups = 0;
 };
 
 /// A running target; stop() or the destructor ends it.

@@ -200,9 +200,17 @@ struct VolumeStats {
   /// CPU time each reactor thread has used since it started (its thread CPU clock): what the
   /// poll mode costs, to set against `completed`.
   std::vector<uint64_t> reactor_cpu_ns;
-  /// Times each reactor thread came back from a wait in its ring (a completion, a posted
-  /// function, a submission, a timer), for every volume on the engine: what idling costs, counted.
+  /// Loop turns each reactor thread has run since it started: a busy reactor (or an adaptive
+  /// one in a spin window) runs one per pass, hundreds of thousands a second; a sleeping one
+  /// about two per wake-up. Counts, not times: what a poll mode costs in events.
+  std::vector<uint64_t> reactor_turns;
+  /// Times each reactor thread has slept in its ring and woken again: for a completion, a
+  /// submission, a posted function (stats() itself posts one), or the end of its wait. An idle
+  /// adaptive or sleeping reactor wakes a few times a second; a busy one never sleeps.
   std::vector<uint64_t> reactor_wakeups;
+  /// Of those wake-ups, the ones for the end of its wait (its timeout or a timer's deadline)
+  /// with nothing else to wake it: the rest were woken by something that happened.
+  std::vector<uint64_t> reactor_timeouts;
   /// Reactors that did not answer within 200 ms (one held up by a completion callback that
   /// blocks): their paths' latency and outstanding counts are missing from these stats.
   uint32_t lanes_unanswered = 0;

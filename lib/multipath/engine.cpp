@@ -157,12 +157,6 @@ uint64_t EngineReactor::spin_budget_ns() const noexcept {
   return budget;
 }
 
-int EngineReactor::wait_turn(std::chrono::microseconds max_wait) noexcept {
-  const int n = reactor_->poll(max_wait);
-  wakeups_.store(wakeups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  return n;
-}
-
 void EngineReactor::run_adaptive() {
   uint64_t spin_until = 0;
   // A spin that lost its CPU stops, and none starts for a while (core/spin_governor.hpp).
@@ -187,7 +181,7 @@ void EngineReactor::run_adaptive() {
     }
     // Asleep: the turn inside poll() sees a submission that raced with the flag going down
     // (enqueue() saw the flag down and wrote the eventfd, or we see its ring entry).
-    const int n = wait_turn(quiescent() ? kQuiescentTurn : kSleepTurn);
+    const int n = reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
     if (n > 0) {
       const uint64_t budget = spin_budget_ns();
       const uint64_t now = reactor_->now_ns();
@@ -212,7 +206,7 @@ void EngineReactor::run() {
       run_adaptive();
       break;
     case PollMode::sleep:
-      while (!stop_.load(std::memory_order_acquire)) wait_turn(quiescent() ? kQuiescentTurn : kSleepTurn);
+      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
       break;
   }
   spinning_.store(false, std::memory_order_seq_cst);

@@ -30,8 +30,7 @@ class Lane;
 ///
 /// Threading: `lanes_` and the reactor's owner-only calls belong to the reactor thread.
 /// `spinning_` is written by that thread and read by submitters (Lane::enqueue): see there for
-/// why a stale read never loses a wake-up. `wakeups_` is written by the reactor thread and read
-/// relaxed by stats() (a count: a stale read is one turn old). `stop_` is set once by stop().
+/// why a stale read never loses a wake-up. `stop_` is set once by stop().
 class EngineReactor {
  public:
   EngineReactor(const HostOptions& opts, const ReactorPlacement& place);
@@ -56,13 +55,11 @@ class EngineReactor {
   void add_lane(Lane* lane);
   void remove_lane(Lane* lane) noexcept;
   uint64_t cpu_ns() const noexcept;
-  uint64_t wakeups() const noexcept { return wakeups_.load(std::memory_order_relaxed); }
+  uint64_t wakeups() const noexcept { return reactor_->waits(); }
 
  private:
   void run();
   void run_adaptive();
-  /// A wait in the ring that may block: counts the wake-up when it came back having found work.
-  int wait_turn(std::chrono::microseconds max_wait) noexcept;
   uint64_t spin_budget_ns() const noexcept;
   bool quiescent() const noexcept;
   void place_thread() noexcept;
@@ -74,7 +71,6 @@ class EngineReactor {
   std::vector<Lane*> lanes_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> spinning_{false};
-  std::atomic<uint64_t> wakeups_{0};
   bool spin_sockets_ = true;
   clockid_t cpu_clock_{};
   std::atomic<bool> cpu_clock_ok_{false};

@@ -1,8 +1,11 @@
 // Diagnostics of single I/Os: a hook the lanes call at every step of an I/O, for tools that
-// want the history of their slowest or failed I/Os (the soak). Not part of the public API.
+// want the history of their slowest or failed I/Os (the soak), and the other hooks tests count
+// the volume's events with. Not part of the public API.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <system_error>
 
 #include "nvmeof/volume.hpp"
 
@@ -29,5 +32,14 @@ inline void (*g_io_trace_for_test)(const VolumeIo& io, IoTraceEvent ev, int path
 /// thread used meanwhile: little CPU means the thread was not run (or slept), much means a turn
 /// itself took that long. Same rules as g_io_trace_for_test.
 inline void (*g_lane_gap_for_test)(int lane, uint64_t from_ns, uint64_t to_ns, uint64_t cpu_ns) = nullptr;
+/// When set, called on the thread in Volume::stats() each time it starts waiting for a lane that
+/// has not answered yet, with the deadline of that wait: a stats() call that waits once for all
+/// its held-up lanes reports the same deadline for each of them. Set and cleared while no
+/// stats() call runs.
+inline void (*g_snapshot_wait_for_test)(std::chrono::steady_clock::time_point deadline) = nullptr;
+/// When set, called on the connect pool's thread around every reconnect attempt of a path (the
+/// connect and the attach to every lane): with `done` false as it starts, then true as it ends,
+/// with its error (none on success). Same rules as g_io_trace_for_test.
+inline void (*g_reconnect_for_test)(int path, bool done, std::error_code error) = nullptr;
 
 }  // namespace nvmeof::detail

@@ -951,6 +951,8 @@ std::future<Lane::Snapshot> Lane::snapshot_request() {
 }
 
 Lane::Snapshot Lane::snapshot_wait(std::future<Snapshot>& f, std::chrono::steady_clock::time_point deadline) {
+  if (g_snapshot_wait_for_test) [[unlikely]]
+    if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) g_snapshot_wait_for_test(deadline);
   if (f.wait_until(deadline) == std::future_status::ready) return f.get();
   Snapshot s;
   s.answered = false;

@@ -415,8 +415,12 @@ void VolumeImpl::try_connect(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   if (stopping_.load()) return;
   const uint32_t next_gen = sp.generation.load() + 1;
+  if (g_reconnect_for_test) [[unlikely]]
+    g_reconnect_for_test(path, false, {});
   auto r = connect_path(sp, kReconnectTimeout);
   if (r) r = attach_all(path, next_gen, kAttachTimeout);
+  if (g_reconnect_for_test) [[unlikely]]
+    g_reconnect_for_test(path, true, r ? std::error_code{} : r.error());
   if (!r) {
     // Kept for stats(): an authentication failure (or any other) of a path that keeps being
     // retried, with the failover machine's backoff between attempts.

@@ -238,7 +238,11 @@ class Lane final : public QueuePairListener {
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
   /// CPU time the lane's reactor thread has used (its thread CPU clock), for every volume on it.
   uint64_t cpu_ns() const noexcept { return er_.cpu_ns(); }
-  uint64_t wakeups() const noexcept { return er_.wakeups(); }
+  /// Its reactor's loop turns, wake-ups from a sleep in the ring and the wake-ups that were its
+  /// timeout (Reactor::turns, waits, wait_timeouts), for every volume on it. Any thread.
+  uint64_t turns() const noexcept { return er_.reactor().turns(); }
+  uint64_t wakeups() const noexcept { return er_.reactor().waits(); }
+  uint64_t timeouts() const noexcept { return er_.reactor().wait_timeouts(); }
   /// The node this lane runs on and keeps its memory on (the plan's), or kUnknownNode.
   int node() const noexcept;
 

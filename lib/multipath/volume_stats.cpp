@@ -132,7 +132,9 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
   s.poll = v.host_->options().poll;
   for (auto& l : v.lanes_) {
     s.reactor_cpu_ns.push_back(l->cpu_ns());
+    s.reactor_turns.push_back(l->turns());
     s.reactor_wakeups.push_back(l->wakeups());
+    s.reactor_timeouts.push_back(l->timeouts());
   }
   std::lock_guard lock(v.timeline_mu_);
   s.timeline.assign(v.timeline_.begin(), v.timeline_.end());
@@ -151,7 +153,9 @@ std::string to_json(const VolumeStats& s) {
   j["waiting"] = s.waiting;
   j["poll"] = to_string(s.poll);
   j["reactor_cpu_ns"] = s.reactor_cpu_ns;
+  j["reactor_turns"] = s.reactor_turns;
   j["reactor_wakeups"] = s.reactor_wakeups;
+  j["reactor_timeouts"] = s.reactor_timeouts;
   j["lanes_unanswered"] = s.lanes_unanswered;
   j["paths"] = json::array();
   for (const auto& p : s.paths) {

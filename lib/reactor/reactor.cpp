@@ -356,6 +356,7 @@ int Reactor::poll(std::chrono::microseconds max_wait) noexcept {
   Impl& im = *impl_;
   ++im.depth;
   auto turn = [&] {
+    turns_.store(turns_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     now_ns_ = clock_ns();
     int n = im.reap();
     n += im.run_timers(now_ns_);
@@ -381,7 +382,10 @@ int Reactor::poll(std::chrono::microseconds max_wait) noexcept {
       // Submits what the turn queued and sleeps until a completion (wake() completes the
       // eventfd read) or the timeout. Without IORING_FEAT_EXT_ARG liburing adds a timeout SQE
       // whose completion (LIBURING_UDATA_TIMEOUT) reap() skips.
-      io_uring_submit_and_wait_timeout(&im.ring, &cqe, 1, &ts, nullptr);
+      const int w = io_uring_submit_and_wait_timeout(&im.ring, &cqe, 1, &ts, nullptr);
+      waits_.store(waits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (w == -ETIME)
+        wait_timeouts_.store(wait_timeouts_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
     n += turn();
   }

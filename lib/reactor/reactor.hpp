@@ -1,8 +1,9 @@
 // A per-core run-to-completion loop. It owns one io_uring; the queue pairs it drives put their
 // socket operations on that ring, and it dispatches completions back to them inline.
 //
-// Threading: everything except post() and wake() is for the owning thread only (the thread that
-// calls poll()). post() and wake() may be called from any thread (bounded MPSC ring, eventfd).
+// Threading: everything except post(), wake() and the counters (turns(), waits(),
+// wait_timeouts()) is for the owning thread only (the thread that calls poll()). post() and
+// wake() may be called from any thread (bounded MPSC ring, eventfd).
 // poll() may be re-entered from a callback it runs (a queue pair's destructor drains its socket
 // operations that way); each completion, timer and posted function still runs exactly once.
 #pragma once
@@ -10,6 +11,7 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -123,6 +125,17 @@ class Reactor {
   /// Runs poll() until `done()` is true or `timeout` passes. Returns false on timeout.
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
+  /// Loop turns run so far (two per poll() that waited, one otherwise): a spinning owner runs
+  /// one per pass, a sleeping one about two per wake-up. What tells a loop that sleeps from one
+  /// that spins without timing it. Any thread (relaxed; written by the owner only).
+  uint64_t turns() const noexcept { return turns_.load(std::memory_order_relaxed); }
+  /// Blocking waits in the ring so far, each ended by a completion, a wake() or its timeout.
+  /// Any thread (relaxed; written by the owner only).
+  uint64_t waits() const noexcept { return waits_.load(std::memory_order_relaxed); }
+  /// Of those, the waits that ended by their timeout (max_wait or the nearest timer) with no
+  /// completion, wake() or post() to end them sooner. Any thread (relaxed).
+  uint64_t wait_timeouts() const noexcept { return wait_timeouts_.load(std::memory_order_relaxed); }
+
   /// Monotonic clock, refreshed once per poll() turn (cheap to read on the hot path).
   uint64_t now_ns() const noexcept { return now_ns_; }
   /// CLOCK_MONOTONIC in nanoseconds (a system call free vDSO read).
@@ -154,6 +167,11 @@ class Reactor {
   std::unique_ptr<Impl> impl_;
   uint64_t now_ns_ = 0;
   bool spinning_ = false;
+  // Written by the owner with a relaxed load and store (no locked instruction on the hot path),
+  // read by any thread: statistics, a stale value is only one turn old.
+  std::atomic<uint64_t> turns_{0};
+  std::atomic<uint64_t> waits_{0};
+  std::atomic<uint64_t> wait_timeouts_{0};
 };
 
 }  // namespace nvmeof

@@ -154,6 +154,8 @@ void Port::reap_finished() {
     std::lock_guard lock(mu_);
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (it->conn->finished()) {
+        retired_passes_ += it->conn->poll_passes();
+        retired_wakeups_ += it->conn->poll_wakeups();
         done.push_back(std::move(*it));
         it = conns_.erase(it);
       } else {
@@ -178,6 +180,13 @@ void Port::stop() {
   }
   for (auto& c : all) c.conn->request_close(CloseKind::stop);
   for (auto& c : all) c.thread.join();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& c : all) {
+      retired_passes_ += c.conn->poll_passes();
+      retired_wakeups_ += c.conn->poll_wakeups();
+    }
+  }
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   listen_fd_ = wake_fd_ = -1;
@@ -263,6 +272,13 @@ PortStats Port::stats() const noexcept {
   s.tls_plaintext_refused = counters_.tls_plaintext_refused.load(std::memory_order_relaxed);
   s.io_queues_without_sq_flow_control =
       counters_.io_queues_without_sq_flow_control.load(std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  s.poll_passes = retired_passes_;
+  s.poll_wakeups = retired_wakeups_;
+  for (const auto& c : conns_) {
+    s.poll_passes += c.conn->poll_passes();
+    s.poll_wakeups += c.conn->poll_wakeups();
+  }
   return s;
 }
 

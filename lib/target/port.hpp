@@ -4,8 +4,10 @@
 // Threading: the ANA state, faults and counters are atomics, written by the Target's public
 // methods and read by connection threads per command; a stale read only means a change applies
 // from the next command. The drop_commands budget is taken by compare-and-swap, so connection
-// threads racing for it drop exactly that many commands between them. The connection list is guarded by a mutex (acceptor adds, the owner
-// reaps, fault injection walks it).
+// threads racing for it drop exactly that many commands between them. The connection list is
+// guarded by a mutex (acceptor adds, the owner reaps, fault injection and stats() walk it);
+// each connection counts its own loop passes and wake-ups (a shared counter would be a cache
+// line every spinning thread writes), summed by stats().
 #pragma once
 
 #include <atomic>
@@ -147,8 +149,11 @@ class Port {
   std::atomic<uint8_t> write_delay_mode_{0};
   Counters counters_;
 
-  std::mutex mu_;  // guards conns_
+  mutable std::mutex mu_;  // guards conns_ and the retired counts
   std::vector<Conn> conns_;
+  // The loop counts of connections already joined (stats() adds the live ones' own).
+  uint64_t retired_passes_ = 0;
+  uint64_t retired_wakeups_ = 0;
 };
 
 }  // namespace nvmeof::target

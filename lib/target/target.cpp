@@ -174,6 +174,8 @@ PortStats Target::total_stats() const {
     t.ccr_completed += s.ccr_completed;
     t.keep_alive_expiries += s.keep_alive_expiries;
     t.keep_alive_commands += s.keep_alive_commands;
+    t.poll_passes += s.poll_passes;
+    t.poll_wakeups += s.poll_wakeups;
   }
   return t;
 }

@@ -119,6 +119,7 @@ void TcpConnection::run() noexcept {
   const uint64_t adaptive_ns = uint64_t{core_.opts.poll_spin_us} * 1000;
   uint32_t idle_passes = 0;
   for (;;) {
+    passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // A connection already closing finishes that on its own terms (its last words out, then
     // the FIN) when its association ends meanwhile: the admin queue's own Disconnect ends the
     // association, and its completion must not be cut off by that. Stop and reset still win.
@@ -195,6 +196,7 @@ void TcpConnection::run() noexcept {
     }
     governor.stopped();
     const short rev = wait_for_events(now);
+    wakeups_.store(wakeups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // Not reading while blackholed, but a host that gives up and closes must still be noticed
     // (and its teardown timed for the held writes). A partition looks at nothing.
     if (blackholed_ && !partitioned_ && (rev & (POLLRDHUP | POLLHUP | POLLERR))) {

@@ -4,14 +4,15 @@
 //
 // Threading: run() is the connection's thread and owns everything except the members marked
 // "any thread": close requests, wake-ups, completions posted by the held-write thread, events
-// posted by the CCR worker, and the teardown time, which other threads use to reach a
-// connection without blocking on it. Close requests, wake-ups and the teardown time are
-// atomics (a close request may only be raised, never lowered: stop and reset outrank the end
-// of an association); posted completions and events sit behind posted_mu_. Sockets are
-// non-blocking and the thread waits in ppoll on the socket and an eventfd, so a close request
-// or a fault change reaches it within one wake-up even while it is sending. With a polling
-// TargetOptions::poll it first keeps passing over the socket without blocking (each pass
-// checks the same atomics), so in a closed loop the next command needs no wake-up.
+// posted by the CCR worker, the teardown time and the loop counters, which other threads use to
+// reach or observe a connection without blocking on it. Close requests, wake-ups, the teardown
+// time and the counters are atomics (a close request may only be raised, never lowered: stop
+// and reset outrank the end of an association); posted completions and events sit behind
+// posted_mu_. Sockets are non-blocking and the thread waits in ppoll on the socket and an
+// eventfd, so a close request or a fault change reaches it within one wake-up even while it is
+// sending. With a polling TargetOptions::poll it first keeps passing over the socket without
+// blocking (each pass checks the same atomics), so in a closed loop the next command needs no
+// wake-up.
 //
 // Ending has two steps: the connection stops serving (it executes nothing more, leaves its
 // controller, and the teardown time is set), then its socket closes. Behind a partition the
@@ -73,6 +74,10 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
   /// When the connection was found dead or closed (steady ns), 0 while it lives.
   uint64_t teardown_ns() const noexcept { return teardown_ns_.load(std::memory_order_acquire); }
+  /// Passes of the connection's loop so far, and wake-ups from its sleep in ppoll
+  /// (PortStats::poll_passes, poll_wakeups). Relaxed: statistics.
+  uint64_t poll_passes() const noexcept { return passes_.load(std::memory_order_relaxed); }
+  uint64_t poll_wakeups() const noexcept { return wakeups_.load(std::memory_order_relaxed); }
 
   // -- PduReader handler interface (connection thread) --
   Errc on_header(const uint8_t* hdr, const tcp::HeaderCheck& hc, uint8_t*& dst) noexcept;
@@ -255,6 +260,11 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   std::atomic<bool> has_posted_{false};
   std::atomic<uint64_t> teardown_ns_{0};
   std::atomic<bool> finished_{false};
+  // Written by the connection thread only, with a relaxed load and store (a spinning pass pays
+  // no locked instruction for them), on a line of their own, away from the flags other threads
+  // write; read by Port::stats.
+  alignas(64) std::atomic<uint64_t> passes_{0};
+  std::atomic<uint64_t> wakeups_{0};
   std::mutex posted_mu_;  // guards posted_ and posted_events_
   std::vector<Posted> posted_;
   std::vector<uint32_t> posted_events_;

@@ -1,8 +1,8 @@
 // Slow is not dead, against the embedded target: a read past its deadline is hedged on another
 // path (first answer wins, the loser's data never reaches the application's buffer after it is
 // handed back), a path is failed only when it stays silent and its probe goes unanswered, and a
-// single slow path is never failed on a deadline. Every run verifies its data; the budget is
-// read from the volume's own failover timeline.
+// single slow path is never failed on a deadline. Every run verifies its data; what failed a
+// path is read from the volume's own failover timeline (how fast is bench/failover_runs.sh's).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -105,27 +106,32 @@ TEST_CASE("a path whose latency jumps to 40 ms is hedged, not failed", "[hedge]"
   (void)st;
 }
 
-TEST_CASE("a silent path is failed within the failover budget", "[hedge]") {
+TEST_CASE("a silent path is failed for its silence: deadline, then an unanswered probe", "[hedge]") {
   Rig rig(2);
   test::VerifiedWorkload w(*rig.vol, 8);
   w.start();
   REQUIRE(wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
+  REQUIRE(rig.vol->stats().timeline.empty());  // nothing failed before the cut
   const uint64_t cut_ns = Reactor::clock_ns();
   rig.target->inject(0, FaultKind::blackhole);
   const auto st = wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return !s.timeline.empty(); });
   REQUIRE_FALSE(st.timeline.empty());
   const FailoverEvent& ev = st.timeline.at(0);
   INFO(to_text(st));
+  // What failed it, and in what order, not how fast: the lane's deadline check judged the path
+  // silent past its deadline and past the failover budget with its probe unanswered, after the
+  // cut, and nothing else failed first (a keep-alive timeout or a reset would name another
+  // cause). How soon after the cut is a figure of bench/failover_runs.sh, not a test's.
   CHECK(ev.path == 0);
-  CHECK(ev.cause.find("probe unanswered") != std::string::npos);
-  // Silence is judged from the path's last answer, which came before the cut: the event may
-  // not precede the deadline, and must come within the 50 ms budget plus one scheduling
-  // allowance of this loaded machine (the lane thread may be preempted; the cause line gives
-  // the silence the lane itself measured).
-  const double detect_ms = static_cast<double>(ev.detect_ns - cut_ns) / 1e6;
-  INFO("detected " << detect_ms << " ms after the cut");
   CHECK(ev.detect_ns > cut_ns);
-  CHECK(detect_ms < 50.0 + 30.0);
+  CHECK(ev.cause.find("command deadline exceeded") != std::string::npos);
+  CHECK(ev.cause.find("probe unanswered") != std::string::npos);
+  CHECK(st.paths.at(0).failovers == 1);
+  CHECK(st.paths.at(1).failovers == 0);
+  // The other path carries the workload on: it completes I/O after the failure.
+  const uint64_t p1_at_detect = st.paths.at(1).ios;
+  REQUIRE(wait_for(*rig.vol, 10s, [&](const VolumeStats& s) { return s.paths.at(1).ios > p1_at_detect + 100; })
+              .paths.at(1).ios > p1_at_detect + 100);
   REQUIRE(w.finish(15s));
   INFO("first error: " << w.first_error());
   CHECK(w.errors() == 0);

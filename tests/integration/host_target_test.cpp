@@ -452,11 +452,10 @@ TEST_CASE("connection errors: closed port, wrong NQN") {
   Env env;
   TransportAddress nowhere = env.addr;
   nowhere.trsvcid = std::to_string(closed_port());
-  const uint64_t start = Reactor::clock_ns();
+  // Refused, not waited out: a connect that ran into its timeout fails with Errc::timeout.
   auto c = Controller::connect(*env.cp, nowhere, env.options());
   REQUIRE_FALSE(c);
   CHECK(c.error() == make_error_code(Errc::connection_refused));
-  CHECK(Reactor::clock_ns() - start < 500'000'000ull);
 
   ConnectOptions wrong = env.options();
   wrong.subnqn = "nqn.2024-01.io.nvmeof:nobody";
@@ -486,10 +485,10 @@ TEST_CASE("reset: outstanding I/O completes with a host path error") {
     REQUIRE(qp.submit(reqs[i]) == 0);
   }
   for (int i = 0; i < 5; ++i) env.reactor->poll(std::chrono::milliseconds(2));
-  const uint64_t start = Reactor::clock_ns();
   env.target->inject(0, FaultKind::reset);
   REQUIRE(env.reactor->run_until([&] { return out.done == 16; }, 2000ms));
-  CHECK(Reactor::clock_ns() - start < 250'000'000ull);  // well before the latency would answer
+  // Completed by the reset, not answered: every one failed with a host path error (after the
+  // 300 ms latency the target would have answered each with success).
   CHECK(out.failures == 16);
   CHECK(out.last == status::kHostPathError);
   CHECK((qp.error() == make_error_code(Errc::connection_reset) ||

@@ -235,33 +235,33 @@ TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-on
   const std::string other = psk_text(tls::PskHash::sha256, 2);
   Rig rig({{PortTls::required, psk}, {PortTls::none, {}}});
   ControlPlane cp;
-  auto timed = [&](size_t port, const ConnectOptions& o) {
-    const auto t0 = std::chrono::steady_clock::now();
+  // A refusal, not a hang until the connect timeout: each failure below names the refusal's own
+  // cause (a connect that waited out connect_timeout fails with Errc::timeout instead), and where
+  // the target tells a refusal it counts it.
+  auto refused = [&](size_t port, const ConnectOptions& o) {
     auto c = Controller::connect(cp, rig.addr(port), o);
-    const auto took = std::chrono::steady_clock::now() - t0;
-    // A refusal, not a hang until the connect timeout.
-    CHECK(took < o.connect_timeout);
+    if (!c) CHECK(c.error() != make_error_code(Errc::timeout));
     return c;
   };
   {
-    auto c = timed(0, options(other));
+    auto c = refused(0, options(other));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::tls_handshake_failed));
     CHECK(eventually([&] { return rig.stats(0).tls_failures == 1; }));
   }
   {
-    auto c = timed(1, options(psk));
+    auto c = refused(1, options(psk));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::tls_not_offered));
   }
   {
-    auto c = timed(0, options(""));
+    auto c = refused(0, options(""));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::tls_required));
     CHECK(eventually([&] { return rig.stats(0).tls_plaintext_refused == 1; }));
     ConnectOptions off = options(psk);
     off.tls = TlsUse::off;  // a key, but TLS switched off
-    auto d = timed(0, off);
+    auto d = refused(0, off);
     REQUIRE_FALSE(d);
     CHECK(d.error() == make_error_code(Errc::tls_required));
   }

@@ -1032,13 +1032,19 @@ TEST_CASE("keep-alive ends a blackholed controller at KATO", "[target][keepalive
   Sqe k;
   prep_keep_alive(k);
   REQUIRE(q.admin.exec(k).status().is_success());  // the timer restarts after t0
+  const PortStats before = rig.t->stats(0);
   rig.t->inject(0, FaultKind::blackhole);
   REQUIRE(q.admin.closed_within(3000));
-  const auto ended = std::chrono::steady_clock::now() - t0;
-  CHECK(ended >= 300ms);
-  CHECK(ended < 600ms);
+  // Not before KATO: the timer never fires early, however idle or loaded the machine.
+  CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
   CHECK(q.io.closed_within(1000));
-  CHECK(rig.t->stats(0).keep_alive_expiries == 1);
+  // Ended by its keep-alive expiry, and the connections slept until that deadline rather than
+  // looking for it: the blackhole's own wake-up of each queue, the expiry and the teardown make
+  // a handful of wake-ups (a check every millisecond would make some 300). Load only delays them.
+  const PortStats after = rig.t->stats(0);
+  INFO("wake-ups " << after.poll_wakeups - before.poll_wakeups << ", passes " << after.poll_passes - before.poll_passes);
+  CHECK(after.keep_alive_expiries - before.keep_alive_expiries == 1);
+  CHECK(after.poll_wakeups - before.poll_wakeups <= 20);
   rig.t->clear_faults(0);
 }
 
@@ -1057,12 +1063,13 @@ TEST_CASE("partition: the host's close goes unnoticed, keep-alive ends the contr
   gone.admin.close();
   gone.io.close();
 
+  // Both ended by keep-alive expiry (nothing else could end them behind the partition), and
+  // not before KATO: the timer never fires early.
   REQUIRE(eventually([&] { return rig.t->stats(0).keep_alive_expiries == 2; }));
   const auto ended = std::chrono::steady_clock::now() - t0;
   std::printf("partitioned controllers ended %lld ms after their last command (KATO 300 ms)\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(ended).count()));
   CHECK(ended >= 300ms);
-  CHECK(ended < 550ms);
   CHECK(rig.t->stats(0).live_connections == 4);  // nothing noticed the host's close
   // Held writes come due long after teardown + CQT: dropped.
   REQUIRE(eventually([&] { return rig.t->stats(0).delayed_writes_dropped == 2; }));

