@@ -98,8 +98,14 @@ TEST_CASE("a two-fault script: each fault, its failover, the CSV and the SVG", "
     const auto& fo = f["failover"];
     CHECK(fo["path"] == i);
     CHECK(fo["failed_at_ms"].get<double>() >= f["at_ms"].get<double>());
-    CHECK(!fo["io_moved_at_ms"].is_null());
-    CHECK(fo["io_moved_at_ms"].get<double>() >= fo["failed_at_ms"].get<double>());
+    // A reset may find the path with nothing in flight (every answer sent before the close):
+    // then nothing moved, and the report says so with no move time.
+    if (fo["reads_moved"].get<uint64_t>() + fo["writes_moved"].get<uint64_t>() == 0) {
+      CHECK(fo["io_moved_at_ms"].is_null());
+    } else {
+      CHECK(!fo["io_moved_at_ms"].is_null());
+      CHECK(fo["io_moved_at_ms"].get<double>() >= fo["failed_at_ms"].get<double>());
+    }
     CHECK(f["errors"] == 0);
     CHECK(f["longest_io_ms"].get<double>() > 0);
   }
