@@ -331,7 +331,9 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminCha
   // Traffic-based keep-alive (TBKAS): the newest time (Reactor::clock_ns) an I/O command of this
   // controller completed, stored by the lanes at most once a millisecond each (relaxed: a stale
   // value only sends one keep-alive more). Read by the keep-alive tick on the control thread.
-  std::atomic<uint64_t> traffic_ns{0};
+  // Shared with the lanes (traffic_clock), which may complete a command of an old queue after
+  // this controller has been replaced and freed.
+  std::shared_ptr<std::atomic<uint64_t>> traffic_ns = std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t> keep_alives_sent{0};  // control thread writes, stats read (relaxed)
   bool failed = false;
   bool disconnecting = false;
@@ -501,7 +503,7 @@ void Controller::Impl::schedule_keep_alive() {
     // With traffic-based keep-alive every completed command restarts the controller's timer
     // (NVMe base specification, Keep Alive Timer): a command completed within the last period
     // already did what a Keep Alive would, so none is sent while I/O flows.
-    const uint64_t since = Reactor::clock_ns() - self->traffic_ns.load(std::memory_order_relaxed);
+    const uint64_t since = Reactor::clock_ns() - self->traffic_ns->load(std::memory_order_relaxed);
     if (!self->info.traffic_based_keep_alive() || since >= uint64_t{period_ms} * 1'000'000ull)
       self->send_keep_alive();
     self->schedule_keep_alive();
@@ -719,9 +721,9 @@ const TransportAddress& Controller::address() const noexcept { return impl_->add
 const ConnectOptions& Controller::options() const noexcept { return impl_->opts; }
 uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
 uint32_t Controller::kato_ms() const noexcept { return impl_->kato; }
-std::atomic<uint64_t>* traffic_clock(Controller& ctrl) noexcept {
+std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept {
   auto& impl = ControllerAccess::impl(ctrl);
-  return impl.info.traffic_based_keep_alive() ? &impl.traffic_ns : nullptr;
+  return impl.info.traffic_based_keep_alive() ? impl.traffic_ns : nullptr;
 }
 
 uint64_t Controller::keep_alives_sent() const noexcept {

@@ -37,7 +37,7 @@ Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uin
 
 /// Where the lanes of a controller's I/O queues note that a command completed (traffic-based
 /// keep-alive), or nullptr when the controller's keep-alive is not traffic based.
-std::atomic<uint64_t>* traffic_clock(Controller& ctrl) noexcept;
+std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept;
 
 struct ControllerAccess {
   static ControlPlane::Impl& impl(ControlPlane& cp) noexcept { return *cp.impl_; }

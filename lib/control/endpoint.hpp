@@ -27,8 +27,8 @@ struct PreparedQueue {
   /// returns it live. Errors: those of the transport.
   std::function<Result<std::unique_ptr<QueuePair>>()> start;
   /// Where the lane notes completed commands for the controller's traffic-based keep-alive;
-  /// nullptr when it has none. Lives as long as the endpoint.
-  std::atomic<uint64_t>* traffic = nullptr;
+  /// nullptr when it has none. Shared: a lane may hold it after the controller is gone.
+  std::shared_ptr<std::atomic<uint64_t>> traffic;
 };
 
 class PathEndpoint {

@@ -146,7 +146,7 @@ struct LanePath {
   uint32_t error_streak = 0;  // failed completions since this pair's last success
   // The controller's traffic-based keep-alive clock (PreparedQueue::traffic), and when this lane
   // last stored into it: at most once a millisecond, so reactors rarely share its cache line.
-  std::atomic<uint64_t>* traffic = nullptr;
+  std::shared_ptr<std::atomic<uint64_t>> traffic;
   uint64_t traffic_noted_ns = 0;
   std::atomic<uint64_t> ios{0};
   std::atomic<uint64_t> bytes{0};
