@@ -60,11 +60,37 @@ struct HostOptions {
 };
 
 /// What the engine costs right now (counted, not timed).
+enum class PathState : uint8_t {
+  connecting,   ///< first connect or reconnect in progress
+  live,         ///< takes I/O (subject to ANA)
+  failed,       ///< transport error or deadline: takes no I/O, being torn down
+  fenced,       ///< torn down and quiesce time elapsed: waiting to reconnect
+};
+const char* to_string(PathState s) noexcept;
+
+/// One controller of the engine: a subsystem reached through one path, shared by every volume
+/// (namespace) of that subsystem opened over the same paths and settings.
+struct HostControllerStats {
+  std::string subnqn;
+  std::string address;   ///< the path, as TransportAddress::to_string()
+  uint16_t cntlid = 0;   ///< the controller's ID (of its current association)
+  PathState state = PathState::connecting;
+  unsigned volumes = 0;  ///< volumes open on it
+  uint64_t keep_alives = 0;  ///< Keep Alive commands sent on it (all its associations)
+  uint64_t ios = 0;          ///< commands completed on its I/O queues, every volume's
+  uint64_t failovers = 0;
+  uint64_t reconnects = 0;
+};
+
 struct HostStats {
   unsigned reactors = 0;
   /// Threads the engine runs: reactors, the control thread and the blocking-work pool.
   unsigned threads = 0;
   unsigned volumes = 0;            ///< volumes open on it
+  /// Subsystems (each over its own set of paths) the volumes are open on; each has one
+  /// controller per path, with one admin queue and one I/O queue per reactor.
+  unsigned subsystems = 0;
+  std::vector<HostControllerStats> controllers;
   std::vector<uint64_t> reactor_cpu_ns;  ///< CPU each reactor thread has used (its thread clock)
   /// Times each reactor thread came back from a wait in its ring (a completion, a posted
   /// function, a submission, a timer): what an idle engine costs, counted.

@@ -123,14 +123,6 @@ struct VolumeIo {
   alignas(8) unsigned char reserved_[48]{};
 };
 
-enum class PathState : uint8_t {
-  connecting,   ///< first connect or reconnect in progress
-  live,         ///< takes I/O (subject to ANA)
-  failed,       ///< transport error or deadline: takes no I/O, being torn down
-  fenced,       ///< torn down and quiesce time elapsed: waiting to reconnect
-};
-const char* to_string(PathState s) noexcept;
-
 struct LatencyPercentiles {
   double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0, mean_us = 0;
 };

@@ -18,8 +18,8 @@
 #include "core/node_memory.hpp"
 #include "core/spin_governor.hpp"
 #include "multipath/engine.hpp"
-#include "multipath/engine_internal.hpp"
 #include "multipath/volume_impl.hpp"
+#include "multipath/engine_internal.hpp"
 
 namespace nvmeof::detail {
 namespace {
@@ -312,6 +312,29 @@ HostStats Host::stats() const {
   s.reactors = static_cast<unsigned>(e.reactors.size());
   s.threads = s.reactors + 1 + Impl::kPoolThreads;
   s.volumes = e.volumes.load(std::memory_order_relaxed);
+  std::vector<std::shared_ptr<detail::SubsystemPaths>> subs;
+  {
+    std::lock_guard lock(e.subsystems_mu);
+    for (const auto& [key, w] : e.subsystems)
+      if (auto sub = w.lock(); sub && sub->ready()) subs.push_back(std::move(sub));
+  }
+  for (const auto& sub : subs) {
+    ++s.subsystems;
+    const unsigned vols = static_cast<unsigned>(sub->bound().size());
+    for (const auto& sp : sub->paths_) {
+      HostControllerStats c;
+      c.subnqn = sub->opts_.connect.subnqn;
+      c.address = sp->addr.to_string();
+      if (auto ctrl = sp->endpoint()) c.cntlid = ctrl->info().cntlid;
+      c.state = sp->state.load(std::memory_order_relaxed);
+      c.volumes = vols;
+      c.keep_alives = sp->keep_alives.load(std::memory_order_relaxed);
+      for (const auto& l : sub->lanes_) c.ios += l->path(sp->index).ios.load(std::memory_order_relaxed);
+      c.failovers = sp->failovers.load(std::memory_order_relaxed);
+      c.reconnects = sp->reconnects.load(std::memory_order_relaxed);
+      s.controllers.push_back(std::move(c));
+    }
+  }
   for (const auto& r : e.reactors) {
     s.reactor_cpu_ns.push_back(r->cpu_ns());
     s.reactor_wakeups.push_back(r->wakeups());

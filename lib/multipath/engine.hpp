@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <string>
 #include <future>
 #include <memory>
 #include <thread>
@@ -76,12 +79,15 @@ class EngineReactor {
   std::atomic<bool> cpu_clock_ok_{false};
 };
 
+class SubsystemPaths;
+
 }  // namespace nvmeof::detail
 
 namespace nvmeof {
 
 /// Threading: everything is written by create() before the engine is handed out and only read
-/// afterwards, except `volumes` (a relaxed count for stats).
+/// afterwards, except `volumes` and `subsystems_open` (relaxed counts for stats) and
+/// `subsystems` (under `subsystems_mu`, any thread that opens a volume).
 struct NVMEOF_LOCAL Host::Impl final : Host {
   HostOptions opts;
   Topology topology;
@@ -93,6 +99,11 @@ struct NVMEOF_LOCAL Host::Impl final : Host {
   boost::asio::thread_pool pool{kPoolThreads};
   std::vector<std::unique_ptr<detail::EngineReactor>> reactors;
   std::atomic<unsigned> volumes{0};
+  std::atomic<unsigned> subsystems_open{0};  // SubsystemPaths alive (each one controller per path)
+  // The subsystems volumes are open on, by their sharing key (subsystem_key): a second volume of
+  // the same subsystem over the same paths and settings uses the same controllers and lanes.
+  mutable std::mutex subsystems_mu;
+  std::map<std::string, std::weak_ptr<detail::SubsystemPaths>> subsystems;
   static constexpr unsigned kPoolThreads = 4;
 
   Impl() = default;

@@ -86,7 +86,7 @@ Attempt* AttemptList::pop_front() noexcept {
   return a;
 }
 
-Lane::Lane(VolumeImpl& vol, EngineReactor& reactor, int index) : vol_(vol), er_(reactor), index_(index) {
+Lane::Lane(SubsystemPaths& vol, EngineReactor& reactor, int index) : sub_(vol), er_(reactor), index_(index) {
   for (size_t i = 0; i < vol.paths_.size(); ++i) paths_.push_back(std::make_unique<LanePath>());
   views_.resize(vol.paths_.size());
   const auto& r = vol.placement_.reactors[static_cast<size_t>(index)];
@@ -145,7 +145,7 @@ void Lane::shutdown_on_reactor() noexcept {
   // Nothing is retried any more; whatever is still queued completes with a path error so that
   // no caller waits forever.
   const NvmeStatus gone = NvmeStatus::make(Sct::path, 0x70, true);
-  while (VolumeIo* io = ring_.pop()) io->done(*io, gone);
+  while (VolumeIo* io = ring_.pop()) deliver(*io, gone);
   for (AttemptList* l : {&waiting_, &fenced_, &delayed_})
     while (Attempt* a = l->pop_front()) finish_piece(*a, gone);
   for (auto& lp : paths_)
@@ -158,7 +158,7 @@ void Lane::shutdown_on_reactor() noexcept {
   graveyard_.clear();
   while (VolumeIo* io = backlog_head_) {
     backlog_head_ = io_state(*io).next;
-    io->done(*io, gone);
+    deliver(*io, gone);
   }
   reactor().remove_poller(&Lane::poll_hook, this);
   er_.remove_lane(this);
@@ -201,7 +201,7 @@ void Lane::free_attempt(Attempt* a) noexcept {
 }
 
 uint32_t Lane::blocks_per_piece(const VolumeIo& io) const noexcept {
-  return io.op == IoOp::write_zeroes ? 65536u : vol_.max_blocks_per_cmd_;
+  return io.op == IoOp::write_zeroes ? 65536u : io_state(io).ns->max_blocks_per_cmd;
 }
 
 uint32_t Lane::pieces_of(const VolumeIo& io) const noexcept {
@@ -229,7 +229,7 @@ void Lane::start_io(VolumeIo& io) noexcept {
 }
 
 void Lane::launch(VolumeIo& io) noexcept {
-  const uint32_t bs = vol_.ns_.block_size;
+  const uint32_t bs = io_state(io).ns->info.block_size;
   const uint32_t pieces = pieces_of(io);
   io_state(io).start_ns = Reactor::clock_ns();
   io_state(io).first_error = {};
@@ -258,7 +258,7 @@ void Lane::launch(VolumeIo& io) noexcept {
 }
 
 bool Lane::fill_command(Attempt& a, int p) noexcept {
-  const uint32_t nsid = vol_.paths_[static_cast<size_t>(p)]->nsid;
+  const uint32_t nsid = io_state(*a.io).ns->on[static_cast<size_t>(p)].nsid.load(std::memory_order_relaxed);
   IoRequest& r = a.req;
   auto* base = static_cast<uint8_t*>(a.io->buf);
   r.data = nullptr;
@@ -291,16 +291,17 @@ bool Lane::fill_command(Attempt& a, int p) noexcept {
   return true;
 }
 
-void Lane::refresh_views() noexcept {
+void Lane::refresh_views(const VolumeNs* ns) noexcept {
   for (size_t p = 0; p < paths_.size(); ++p) {
-    const auto& sp = *vol_.paths_[p];
+    const auto& sp = *sub_.paths_[p];
     auto& lp = *paths_[p];
     auto& v = views_[p];
     const bool live = sp.state.load(std::memory_order_acquire) == PathState::live && lp.qp &&
                       lp.qp->state() == QpState::live &&
                       lp.generation == sp.generation.load(std::memory_order_relaxed);
-    v.use = live ? PathUse::usable : PathUse::unusable;
-    v.ana = sp.ana.load(std::memory_order_relaxed);
+    const bool here = !ns || ns->on[p].nsid.load(std::memory_order_relaxed) != 0;
+    v.use = live && here ? PathUse::usable : PathUse::unusable;
+    v.ana = ns ? ns->on[p].ana.load(std::memory_order_relaxed) : AnaState::optimized;
     v.outstanding = lp.inflight.size;
     v.outstanding_bytes = lp.outstanding_bytes;
     v.bytes_per_ns = lp.bytes_per_ns;
@@ -309,7 +310,8 @@ void Lane::refresh_views() noexcept {
 }
 
 void Lane::issue(Attempt& a) noexcept {
-  refresh_views();
+  const VolumeNs& ns = *io_state(*a.io).ns;
+  refresh_views(&ns);
   // A retry avoids the paths whose last completion was an error while a usable path without
   // one remains: a path that fails every command with a retryable status answers at once and
   // looks idle, so the selector would otherwise hand it the retries until they run out.
@@ -323,10 +325,10 @@ void Lane::issue(Attempt& a) noexcept {
   }
   const uint64_t now = Reactor::clock_ns();
   for (;;) {
-    const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
-                              vol_.opts_.round_robin_ios, a.bytes, a.exclude);
+    const int p = select_path(ns.selector.load(std::memory_order_relaxed), views_, selector_state_,
+                              ns.round_robin_ios, a.bytes, a.exclude);
     if (p < 0) {
-      a.release_ns = io_state(*a.io).start_ns + vol_.no_path_timeout_ns();
+      a.release_ns = io_state(*a.io).start_ns + sub_.no_path_timeout_ns();
       trace(*a.io, IoTraceEvent::waiting);
       waiting_.push_back(&a);
       return;
@@ -415,7 +417,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     finish_piece(a, st);
     return;
   }
-  refresh_views();
+  refresh_views(io_state(*a.io).ns);
   OtherPath other = OtherPath::none;
   bool clean = false;      // a usable path whose last completion was not an error
   bool returning = false;  // a path not usable now, which may come back
@@ -434,7 +436,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   // the refusals made meanwhile are not the controllers' verdict on it.
   const bool refused = st.sct() != Sct::path && !st.dnr();
   if (refused && !clean && returning && !stop_.load(std::memory_order_relaxed) &&
-      now - io_state(*a.io).start_ns <= vol_.no_path_timeout_ns()) {
+      now - io_state(*a.io).start_ns <= sub_.no_path_timeout_ns()) {
     lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     a.release_ns = now + kRefusedRetryNs;
     a.exclude = -1;
@@ -445,20 +447,20 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
   // Only the controller's own refusals count towards max_attempts: an I/O that has been moved
   // by failovers (path errors, ANA) still gets its retries when it meets a retryable error.
   if (st.sct() != Sct::path) ++a.status_failures;
-  RetryDecision d = decide_retry(st, a.status_failures, vol_.attempts_per_io(), other);
+  RetryDecision d = decide_retry(st, a.status_failures, sub_.attempts_per_io(), other);
   // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
-  if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > vol_.no_path_timeout_ns())
+  if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > sub_.no_path_timeout_ns())
     d.action = RetryAction::fail;
-  if (d.refresh_ana) vol_.request_ana_refresh();
+  if (d.refresh_ana) sub_.request_ana_refresh();
   if (d.path_failed && current && lp.qp && lp.qp->state() == QpState::live)
     fail_path_here(a.path, "controller reported " + to_string(st));
-  auto& sp = *vol_.paths_[static_cast<size_t>(a.path)];
+  auto& sp = *sub_.paths_[static_cast<size_t>(a.path)];
   // A retry delay (CRD) that would end past the I/O's budget for waiting on controllers
   // (no_path_timeout, as for every such wait) is not waited out: a controller may ask for up
   // to 6553 s per retry. Another usable path takes the I/O now; with none, it completes with
   // the controller's own status.
   if (d.action == RetryAction::retry_same && d.crd &&
-      now + uint64_t{sp.crdt_100ms[d.crd - 1]} * 100'000'000ull > io_state(*a.io).start_ns + vol_.no_path_timeout_ns())
+      now + uint64_t{sp.crdt_100ms[d.crd - 1]} * 100'000'000ull > io_state(*a.io).start_ns + sub_.no_path_timeout_ns())
     d.action = other == OtherPath::usable ? RetryAction::retry_other : RetryAction::complete;
   switch (d.action) {
     case RetryAction::complete:
@@ -506,15 +508,22 @@ void Lane::finish_piece(Attempt& a, NvmeStatus st) noexcept {
   if (--io_state(io).parts_left != 0) return;
   const NvmeStatus final_status = io_state(io).first_error;
   trace(io, IoTraceEvent::finish, -1, final_status.raw);
-  (final_status.is_success() ? vol_.completed_ : vol_.failed_).fetch_add(1, std::memory_order_relaxed);
-  io.done(io, final_status);
+  deliver(io, final_status);
+}
+
+void Lane::deliver(VolumeIo& io, NvmeStatus st) noexcept {
+  VolumeNs& ns = *io_state(io).ns;
+  (st.is_success() ? ns.completed : ns.failed).fetch_add(1, std::memory_order_relaxed);
+  io.done(io, st);
+  // Last: closing the volume waits for this, then frees `ns`.
+  ns.inflight.fetch_sub(1, std::memory_order_release);
 }
 
 void Lane::stamp_event(int p, int event, bool success, IoOp op) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
   int& stamped = success ? lp.stamped_success : lp.stamped_resubmit;
-  std::lock_guard lock(vol_.timeline_mu_);
-  FailoverEvent* found = vol_.event_at(event);
+  std::lock_guard lock(sub_.timeline_mu_);
+  FailoverEvent* found = sub_.event_at(event);
   if (!found) return;
   FailoverEvent& e = *found;
   if (!success) ++(mutates(op) ? e.writes_moved : e.reads_moved);  // every moved piece counts
@@ -584,7 +593,12 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
 }
 
 bool Lane::other_path_usable(int p, uint64_t now, bool& any) noexcept {
-  refresh_views();
+  // Asked for the oldest command on path p: the paths as its volume sees them (an abandoned
+  // attempt's I/O may be gone: the next one's, else the paths' own state alone).
+  const VolumeNs* ns = nullptr;
+  for (const Attempt* a = paths_[static_cast<size_t>(p)]->inflight.head; a && !ns; a = a->next)
+    if (!a->abandoned) ns = io_state(*a->io).ns;
+  refresh_views(ns);
   any = false;
   for (size_t q = 0; q < views_.size(); ++q) {
     if (static_cast<int>(q) == p || views_[q].use != PathUse::usable || ana_tier(views_[q].ana) < 0) continue;
@@ -607,7 +621,8 @@ bool Lane::other_path_usable(int p, uint64_t now, bool& any) noexcept {
 
 bool Lane::hedge(Attempt& a) noexcept {
   if (a.role != Attempt::Role::plain || a.io->op != IoOp::read || a.abandoned || a.hedge_won) return false;
-  refresh_views();
+  const VolumeNs& ns = *io_state(*a.io).ns;
+  refresh_views(&ns);
   // Like a retry (issue()), a hedge avoids the paths whose last completion was an error while a
   // usable path without one remains. Found by the soak run: a path failing every command with a
   // retryable status answers at once and looks idle and fast, so the hedges of reads stuck on a
@@ -622,8 +637,8 @@ bool Lane::hedge(Attempt& a) noexcept {
   } else if (a.hedge_failed) {
     return false;  // a hedge failed already, and every other path is refusing too
   }
-  const int p = select_path(vol_.selector_.load(std::memory_order_relaxed), views_, selector_state_,
-                            vol_.opts_.round_robin_ios, a.bytes, a.path);
+  const int p = select_path(ns.selector.load(std::memory_order_relaxed), views_, selector_state_,
+                            ns.round_robin_ios, a.bytes, a.path);
   if (p < 0 || p == a.path) return false;
   Attempt* h = alloc_attempt();
   if (!h) return false;
@@ -662,11 +677,15 @@ bool Lane::hedge(Attempt& a) noexcept {
 
 void Lane::send_probe(int p, uint64_t now) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
-  const uint32_t bs = vol_.ns_.block_size;
-  if (!lp.probe_buf) lp.probe_buf = std::make_unique_for_overwrite<uint8_t[]>(bs);
+  const auto& sp = *sub_.paths_[static_cast<size_t>(p)];
+  const uint32_t bs = sp.probe_block_size.load(std::memory_order_relaxed);
+  if (lp.probe_buf_size < bs) {
+    lp.probe_buf = std::make_unique_for_overwrite<uint8_t[]>(bs);
+    lp.probe_buf_size = bs;
+  }
   IoRequest& r = lp.probe;
   r = IoRequest{};
-  prep_read(r.cmd, vol_.paths_[static_cast<size_t>(p)]->nsid, 0, 1);
+  prep_read(r.cmd, sp.probe_nsid.load(std::memory_order_relaxed), 0, 1);
   r.data = lp.probe_buf.get();
   r.data_len = bs;
   r.on_complete = &Lane::on_probe;
@@ -686,7 +705,7 @@ void Lane::on_probe(IoRequest& req, const Cqe& cqe) noexcept {
 }
 
 uint64_t Lane::dead_after_ns(const LanePath& lp) const noexcept {
-  if (vol_.opts_.io_deadline.count() > 0) return 2 * deadline_ns(lp);
+  if (sub_.opts_.io_deadline.count() > 0) return 2 * deadline_ns(lp);
   return kDeadSilenceNs;
 }
 
@@ -735,8 +754,8 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
 }
 
 uint64_t Lane::deadline_ns(const LanePath& lp) const noexcept {
-  if (vol_.opts_.io_deadline.count() > 0)
-    return static_cast<uint64_t>(vol_.opts_.io_deadline.count()) * 1000;
+  if (sub_.opts_.io_deadline.count() > 0)
+    return static_cast<uint64_t>(sub_.opts_.io_deadline.count()) * 1000;
   const auto derived = static_cast<uint64_t>(lp.latency_ns * 10);
   return std::clamp(derived, kMinDeadlineNs, kMaxDeadlineNs);
 }
@@ -775,7 +794,7 @@ void Lane::on_queue_failed(QueuePair& qp, std::error_code why) noexcept {
 
 void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint64_t now) noexcept {
   auto& lp = *paths_[static_cast<size_t>(p)];
-  if (vol_.report_path_failure(p, lp.generation, cause, loss, now)) return;
+  if (sub_.report_path_failure(p, lp.generation, cause, loss, now)) return;
   // Refused: this generation is not published yet (the queue pair failed between its attach and
   // publish_live), or it is stale. turn() reports again once it is published; without that the
   // path would go live on a dead queue pair and nothing would ever fail it again.
@@ -788,7 +807,7 @@ void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint6
 void Lane::recheck_paths() noexcept {
   for (size_t p = 0; p < paths_.size(); ++p) {
     auto& lp = *paths_[p];
-    const auto& sp = *vol_.paths_[p];
+    const auto& sp = *sub_.paths_[p];
     if (sp.state.load(std::memory_order_acquire) != PathState::live ||
         sp.generation.load(std::memory_order_acquire) != lp.generation)
       continue;
@@ -857,10 +876,10 @@ int Lane::turn() noexcept {
   for (size_t p = 0; p < paths_.size(); ++p) {
     auto& lp = *paths_[p];
     if (!lp.unpublished_failure) continue;
-    const uint32_t published = vol_.paths_[p]->generation.load(std::memory_order_acquire);
+    const uint32_t published = sub_.paths_[p]->generation.load(std::memory_order_acquire);
     if (published == lp.generation) {
       lp.unpublished_failure = false;
-      vol_.report_path_failure(static_cast<int>(p), lp.generation, lp.unpublished_cause, lp.unpublished_loss,
+      sub_.report_path_failure(static_cast<int>(p), lp.generation, lp.unpublished_cause, lp.unpublished_loss,
                                lp.unpublished_ns);
     } else if (static_cast<int32_t>(published - lp.generation) > 0) {
       lp.unpublished_failure = false;  // a newer generation replaced it
@@ -894,7 +913,7 @@ int Lane::turn() noexcept {
   // quiesce time after the controller closed their queue pair.
   for (uint32_t n = fenced_.size; n > 0; --n) {
     Attempt* a = fenced_.pop_front();
-    const auto& sp = *vol_.paths_[static_cast<size_t>(a->path)];
+    const auto& sp = *sub_.paths_[static_cast<size_t>(a->path)];
     if (a->release_ns <= now || sp.fenced_through.load(std::memory_order_acquire) > a->generation) {
       issue(*a);
       ++events;
@@ -904,11 +923,18 @@ int Lane::turn() noexcept {
   }
   release(delayed_);
   if (!waiting_.empty()) {
-    refresh_views();
+    // Whether a path is usable is asked once per volume per turn (ANA and presence are per
+    // namespace), not after each release.
+    const VolumeNs* seen = nullptr;
     bool any = false;
-    for (auto& v : views_) any |= v.use == PathUse::usable && ana_tier(v.ana) >= 0;
     for (uint32_t n = waiting_.size; n > 0; --n) {
       Attempt* a = waiting_.pop_front();
+      if (const VolumeNs* ns = io_state(*a->io).ns; ns != seen) {
+        seen = ns;
+        refresh_views(ns);
+        any = false;
+        for (auto& v : views_) any |= v.use == PathUse::usable && ana_tier(v.ana) >= 0;
+      }
       // no_path_timeout first: a path that looks usable but takes nothing must not hold the
       // I/O past it either.
       if (a->release_ns <= now) {

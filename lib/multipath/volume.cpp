@@ -13,6 +13,7 @@
 
 #include "multipath/engine_internal.hpp"
 #include "multipath/volume_impl.hpp"
+#include "multipath/volume_io_state.hpp"
 #include "core/log.hpp"
 
 namespace nvmeof {
@@ -23,6 +24,8 @@ constexpr uint32_t kMaxPiecesPerIo = 1024;
 constexpr std::chrono::milliseconds kReconnectTimeout{500};
 constexpr std::chrono::milliseconds kAttachTimeout{3000};
 constexpr std::chrono::milliseconds kAnaPollPeriod{200};
+// How often a live path that does not show a volume's namespace is asked for it again.
+constexpr uint64_t kLookAgainNs = 1'000'000'000;
 
 bool is_ana_change_notice(uint32_t dw0) noexcept {
   const uint32_t type = dw0 & 0x7;
@@ -32,10 +35,9 @@ bool is_ana_change_notice(uint32_t dw0) noexcept {
 
 }  // namespace
 
-VolumeImpl::VolumeImpl(std::shared_ptr<Host> host, const VolumeOptions& opts)
+SubsystemPaths::SubsystemPaths(std::shared_ptr<Host> host, const VolumeOptions& opts)
     : host_(std::move(host)), opts_(opts) {
-  engine_of(*host_).volumes.fetch_add(1, std::memory_order_relaxed);
-  selector_.store(opts.selector);
+  engine_of(*host_).subsystems_open.fetch_add(1, std::memory_order_relaxed);
   int i = 0;
   for (const auto& a : opts.paths) {
     auto sp = std::make_unique<SharedPath>();
@@ -45,43 +47,147 @@ VolumeImpl::VolumeImpl(std::shared_ptr<Host> host, const VolumeOptions& opts)
   }
 }
 
-VolumeImpl::~VolumeImpl() {
+SubsystemPaths::~SubsystemPaths() {
   shutdown();
-  engine_of(*host_).volumes.fetch_sub(1, std::memory_order_relaxed);
+  engine_of(*host_).subsystems_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
-uint64_t VolumeImpl::no_path_timeout_ns() const noexcept {
+VolumeImpl::VolumeImpl(std::shared_ptr<SubsystemPaths> sub, std::shared_ptr<VolumeNs> ns, const VolumeOptions& opts)
+    : sub_(std::move(sub)), ns_(std::move(ns)), opts_(opts), open_ns_(Reactor::clock_ns()) {
+  engine_of(*sub_->host_).volumes.fetch_add(1, std::memory_order_relaxed);
+}
+
+VolumeImpl::~VolumeImpl() {
+  shutdown();
+  engine_of(*sub_->host_).volumes.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void VolumeImpl::shutdown() {
+  if (shut_) return;
+  shut_ = true;
+  stop_observers();
+  accepting_.store(false, std::memory_order_release);
+  // Its own I/O finishes first (bounded: the lanes give up on it after no_path_timeout); the
+  // other volumes on the same controllers are not disturbed.
+  const uint64_t give_up = Reactor::clock_ns() + sub_->no_path_timeout_ns() + 1'000'000'000ull;
+  while (ns_->inflight.load() != 0 && Reactor::clock_ns() <= give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  sub_->unbind(*ns_);
+  if (ns_->inflight.load() != 0) {
+    // Still referenced by I/O a lane holds past every bound: kept until the lanes stop.
+    std::lock_guard lock(sub_->ns_mu_);
+    sub_->retired_.push_back(ns_);
+  }
+}
+
+std::string subsystem_key(const VolumeOptions& vo) {
+  const ConnectOptions& c = vo.connect;
+  std::string k;
+  auto add = [&k](const auto& v) {
+    if constexpr (std::is_convertible_v<decltype(v), std::string_view>) {
+      k += std::to_string(std::string_view(v).size());
+      k += ':';
+      k += v;
+    } else {
+      k += std::to_string(v);
+    }
+    k += '|';
+  };
+  add(c.subnqn);
+  add(c.hostnqn);
+  for (uint8_t b : c.hostid) add(unsigned{b});
+  add(static_cast<int>(c.digest));
+  add(c.io_queue_depth);
+  add(c.admin_queue_depth);
+  add(c.max_io_queues);
+  add(c.kato_ms);
+  add(c.connect_timeout.count());
+  add(c.admin_timeout.count());
+  add(c.dhchap_secret);
+  add(c.dhchap_ctrl_secret);
+  add(c.tls_psk);
+  add(static_cast<int>(c.tls));
+  add(int{c.tls_kernel});
+  add(vo.paths.size());
+  for (const auto& a : vo.paths) add(a.to_string());
+  add(vo.io_deadline.count());
+  add(vo.no_path_timeout.count());
+  add(vo.fence_bound.count());
+  add(static_cast<int>(vo.fence));
+  add(vo.ccr_timeout.count());
+  add(int{vo.use_ccr});
+  add(vo.reconnect_min.count());
+  add(vo.reconnect_max.count());
+  add(vo.max_attempts);
+  add(vo.timeline_max);
+  return k;
+}
+
+uint64_t SubsystemPaths::no_path_timeout_ns() const noexcept {
   return static_cast<uint64_t>(opts_.no_path_timeout.count()) * 1'000'000ull;
 }
 
-Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds timeout) {
+Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseconds timeout) {
   ConnectOptions co = opts_.connect;
   co.connect_timeout = std::min(co.connect_timeout, timeout);
   auto c = open_endpoint(cp_, sp.addr, co);
   if (!c) return c.error();
   std::shared_ptr<PathEndpoint> ctrl = *c;
+  const ControllerInfo& ci = ctrl->info();
+  PathFacts facts;
+  facts.times = hold_times(ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms,
+                           static_cast<uint32_t>(std::max<int64_t>(opts_.fence_bound.count(), 0)));
+  facts.can_reset_others = opts_.use_ccr && ctrl->can_reset_others();
+  facts.can_be_reset = opts_.use_ccr && sp.addr.transport != Transport::passthrough;
+  facts.ccrl = ci.ccrl;
+  // Every open volume's namespace behind the new controller (one ANA log read for all of them).
+  // A namespace this controller no longer shows leaves the path unusable for that volume only.
+  const auto vols = bound();
+  std::optional<AnaLog> log;
+  if (!vols.empty() && (ci.anacap != 0 || ci.cmic & 0x8))
+    if (auto l = ctrl->ana_log(); l) log = std::move(*l);
+  for (const auto& ns : vols) {
+    const uint32_t was = ns->on[static_cast<size_t>(sp.index)].nsid.load();
+    if (auto r = bind_path(*ns, sp, *ctrl, 0, log ? &*log : nullptr); !r) {
+      ns->on[static_cast<size_t>(sp.index)].nsid.store(0);
+      nvmeof::detail::log_warning("nvmeof: path %s: namespace %u: %s\n", sp.addr.to_string().c_str(), was,
+                                  r.error().message().c_str());
+    }
+  }
+  sp.cqt_ms = ci.cqt_ms;
+  sp.crdt_100ms = ci.crdt_100ms;
+  sp.facts = facts;
+  sp.quiesce_ns.store(facts.times.quiesce_ns);
+  std::lock_guard lock(sp.ctrl_mu);
+  sp.ctrl = std::move(ctrl);
+  return {};
+}
 
+Result<void> SubsystemPaths::bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoint& ctrl, uint32_t first,
+                                       const AnaLog* log) {
   // The namespace is matched by its identifiers, never by NSID alone.
+  auto& on = ns.on[static_cast<size_t>(sp.index)];
   uint32_t nsid = 0;
   NamespaceInfo info;
-  if (!have_ns_) {
-    const uint32_t first = ctrl->fixed_nsid().value_or(opts_.nsid);
-    auto ni = ctrl->identify_namespace(first);
+  if (first) {
+    const uint32_t id = ctrl.fixed_nsid().value_or(first);
+    auto ni = ctrl.identify_namespace(id);
     if (!ni) return ni.error();
     if (ni->size_blocks == 0) return Errc::invalid_argument;  // not an active namespace
     info = *ni;
-    nsid = first;
+    nsid = id;
   } else {
     auto try_nsid = [&](uint32_t id) {
-      auto ni = ctrl->identify_namespace(id);
-      if (ni && ni->size_blocks && ni->id.same_namespace_as(ns_.id)) {
+      auto ni = ctrl.identify_namespace(id);
+      if (ni && ni->size_blocks && ni->id.same_namespace_as(ns.info.id)) {
         info = *ni;
         nsid = id;
       }
     };
-    try_nsid(ctrl->fixed_nsid().value_or(sp.nsid ? sp.nsid : ns_.nsid));
+    const uint32_t known = on.nsid.load();
+    try_nsid(ctrl.fixed_nsid().value_or(known ? known : ns.info.nsid));
     if (!nsid) {
-      auto list = ctrl->active_namespaces();
+      auto list = ctrl.active_namespaces();
       if (list)
         for (uint32_t id : *list) {
           try_nsid(id);
@@ -90,36 +196,50 @@ Result<void> VolumeImpl::connect_path(SharedPath& sp, std::chrono::milliseconds 
     }
     if (!nsid) return Errc::namespace_mismatch;
   }
-
-  AnaState ana = AnaState::optimized;
-  if (ctrl->info().anacap != 0 || ctrl->info().cmic & 0x8) {
-    if (auto log = ctrl->ana_log(); log) {
-      if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
+  std::optional<AnaLog> own;
+  if (!log && (ctrl.info().anacap != 0 || ctrl.info().cmic & 0x8))
+    if (auto l = ctrl.ana_log(); l) {
+      own = std::move(*l);
+      log = &*own;
     }
-  }
-  const ControllerInfo& ci = ctrl->info();
-  PathFacts facts;
-  facts.times = hold_times(ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms,
-                           static_cast<uint32_t>(std::max<int64_t>(opts_.fence_bound.count(), 0)));
-  facts.can_reset_others = opts_.use_ccr && ctrl->can_reset_others();
-  facts.can_be_reset = opts_.use_ccr && sp.addr.transport != Transport::passthrough;
-  facts.ccrl = ci.ccrl;
-  if (!have_ns_) {
-    ns_ = info;
-    have_ns_ = true;
-  }
-  sp.nsid = nsid;
-  sp.cqt_ms = ci.cqt_ms;
-  sp.crdt_100ms = ci.crdt_100ms;
-  sp.facts = facts;
-  sp.quiesce_ns.store(facts.times.quiesce_ns);
-  sp.anagrpid.store(info.anagrpid);
-  sp.ana.store(ana);
-  sp.ctrl = std::move(ctrl);
+  AnaState ana = AnaState::optimized;
+  if (log)
+    if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
+  if (first) ns.info = info;
+  on.anagrpid.store(info.anagrpid);
+  on.ana.store(ana);
+  on.nsid.store(nsid, std::memory_order_release);
+  sp.probe_block_size.store(ns.info.block_size);
+  sp.probe_nsid.store(nsid);
   return {};
 }
 
-Result<void> VolumeImpl::open() {
+std::vector<std::shared_ptr<VolumeNs>> SubsystemPaths::bound() const {
+  std::lock_guard lock(ns_mu_);
+  return bound_;
+}
+
+bool VolumeNs::usable_on(size_t p) const noexcept {
+  return on[p].nsid.load(std::memory_order_relaxed) != 0 && ana_tier(on[p].ana.load(std::memory_order_relaxed)) >= 0;
+}
+
+Result<std::shared_ptr<VolumeNs>> SubsystemPaths::open_volume(const VolumeOptions& vo) {
+  std::lock_guard lock(open_mu_);
+  if (opened_) {
+    if (open_error_) return open_error_;
+    return bind(vo);
+  }
+  opened_ = true;
+  std::shared_ptr<VolumeNs> ns;
+  if (auto r = open(vo, ns); !r) {
+    open_error_ = r.error();
+    return r.error();
+  }
+  ready_.store(true, std::memory_order_release);
+  return ns;
+}
+
+Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<VolumeNs>& first) {
   if (paths_.empty() || opts_.connect.subnqn.empty()) return Errc::invalid_argument;
   for (const auto& sp : paths_)
     if (sp->addr.transport == Transport::passthrough && !host_->options().big_entries)
@@ -133,7 +253,6 @@ Result<void> VolumeImpl::open() {
   for (auto& sp : paths_) {
     auto r = connect_path(*sp, opts_.connect.connect_timeout);
     if (!r) {
-      if (r.error() == make_error_code(Errc::namespace_mismatch)) return r.error();
       if (!first_error) first_error = r.error();
       sp->connect_failures.fetch_add(1);
       {
@@ -149,10 +268,13 @@ Result<void> VolumeImpl::open() {
   }
   if (!any) return first_error;
 
-  uint32_t max_transfer = 1u << 20;
   for (auto& sp : paths_)
-    if (sp->ctrl && sp->ctrl->info().max_transfer) max_transfer = std::min(max_transfer, sp->ctrl->info().max_transfer);
-  max_blocks_per_cmd_ = std::clamp<uint32_t>(max_transfer / ns_.block_size, 1, 65536);
+    if (sp->ctrl && sp->ctrl->info().max_transfer) max_transfer_ = std::min(max_transfer_, sp->ctrl->info().max_transfer);
+  // The first volume's namespace, on the controllers just connected (before their I/O queues,
+  // whose failure could take a path down before it is asked).
+  auto ns = bind(vo);
+  if (!ns) return ns.error();
+  first = std::move(*ns);
 
   plan_placement();
   auto& reactors = engine_of(*host_).reactors;
@@ -177,9 +299,9 @@ Result<void> VolumeImpl::open() {
     // After the machine hears of the path: a failure it reports now reaches a live path.
     if (live) watch_controller(sp->index);
   }
-  // A queue pair that failed (or never attached) while the volume opened reported it before the
-  // machine knew the path, which dropped it: each lane checks again, its reports now queued
-  // behind the machine's opened().
+  // A queue pair that failed (or never attached) while it opened reported it before the machine
+  // knew the path, which dropped it: each lane checks again, its reports now queued behind the
+  // machine's opened().
   for (auto& l : lanes_) {
     Lane* lane = l.get();
     lane->post([lane] { lane->recheck_paths(); });
@@ -187,11 +309,58 @@ Result<void> VolumeImpl::open() {
   // Keep polling ANA while a path is in a state that should not last (change, inaccessible):
   // an event may be lost when two changes come faster than the AER is re-armed.
   boost::asio::post(ctx_, [this] { ana_poll(); });
-  accepting_.store(true, std::memory_order_release);
   return {};
 }
 
-Result<void> VolumeImpl::attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout) {
+Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) {
+  auto ns = std::make_shared<VolumeNs>(paths_.size());
+  ns->selector.store(vo.selector);
+  ns->round_robin_ios = std::max<uint32_t>(vo.round_robin_ios, 1);
+  // The first live path names the namespace (vo.nsid); the others must show the same one. Only
+  // a named volume is tracked (its identifiers are what a reconnecting path looks for); a path
+  // that reconnects while this runs and misses it is healed by ana_poll().
+  // A path whose controller is failing now is passed over; a namespace that is not active is
+  // the answer.
+  size_t first = paths_.size();
+  std::error_code why = make_error_code(Errc::no_path);
+  for (auto& sp : paths_) {
+    auto ctrl = sp->endpoint();
+    if (!ctrl) continue;
+    auto r = bind_path(*ns, *sp, *ctrl, vo.nsid, nullptr);
+    if (!r && r.error() == make_error_code(Errc::invalid_argument)) return r.error();
+    if (!r) {
+      if (why == make_error_code(Errc::no_path)) why = r.error();
+      continue;
+    }
+    first = static_cast<size_t>(sp->index);
+    break;
+  }
+  if (first == paths_.size()) return why;
+  ns->max_blocks_per_cmd = std::clamp<uint32_t>(max_transfer_ / ns->info.block_size, 1, 65536);
+  {
+    std::lock_guard lock(ns_mu_);
+    bound_.push_back(ns);
+  }
+  for (auto& sp : paths_) {
+    auto ctrl = sp->endpoint();
+    if (static_cast<size_t>(sp->index) == first || !ctrl) continue;
+    if (auto r = bind_path(*ns, *sp, *ctrl, 0, nullptr); !r) {
+      if (r.error() == make_error_code(Errc::namespace_mismatch)) {
+        unbind(*ns);
+        return r.error();
+      }
+      // A path failing under us reconnects and looks for the namespace then.
+    }
+  }
+  return ns;
+}
+
+void SubsystemPaths::unbind(const VolumeNs& ns) {
+  std::lock_guard lock(ns_mu_);
+  std::erase_if(bound_, [&](const auto& p) { return p.get() == &ns; });
+}
+
+Result<void> SubsystemPaths::attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   Result<void> result;
   for (auto& l : lanes_) {
@@ -216,30 +385,44 @@ Result<void> VolumeImpl::attach_all(int path, uint32_t generation, std::chrono::
   return result;
 }
 
-void VolumeImpl::ana_poll() {
+void SubsystemPaths::ana_poll() {
   if (stopping_.load()) return;
   bool unsettled = false;
   const uint64_t now = Reactor::clock_ns();
+  const auto vols = bound();
   for (auto& sp : paths_) {
     if (sp->ctrl) sp->keep_alives.store(sp->ctrl->keep_alives_sent(), std::memory_order_relaxed);
-    const AnaState a = sp->ana.load();
     const bool live = sp->state.load() == PathState::live;
-    unsettled |= live && a != AnaState::optimized && a != AnaState::non_optimized;
-    // A path holds its I/O through an ANA transition for at most ANATT; past it the controller
-    // is not coming back by itself, and the path fails over like a dead one (its I/O moves, or
-    // waits for another path up to no_path_timeout) and reconnects.
-    if (live && a == AnaState::change) {
-      if (sp->change_since_ns == 0) sp->change_since_ns = now;
-      const uint64_t anatt_ns = anatt_ns_of(*sp);
-      if (now - sp->change_since_ns > anatt_ns) {
-        char cause[80];
-        std::snprintf(cause, sizeof cause, "ana change longer than ANATT (%.1f s)",
-                      static_cast<double>(anatt_ns) / 1e9);
-        sp->change_since_ns = 0;
-        report_path_failure(sp->index, sp->generation.load(), cause, LossCause::local, now);
+    const size_t p = static_cast<size_t>(sp->index);
+    for (const auto& ns : vols) {
+      auto& on = ns->on[p];
+      const AnaState a = on.ana.load();
+      unsettled |= live && a != AnaState::optimized && a != AnaState::non_optimized;
+      // A path holds its I/O through an ANA transition for at most ANATT; past it the controller
+      // is not coming back by itself, and the path fails over like a dead one (its I/O moves, or
+      // waits for another path up to no_path_timeout) and reconnects.
+      if (live && a == AnaState::change) {
+        if (on.change_since_ns == 0) on.change_since_ns = now;
+        const uint64_t anatt_ns = anatt_ns_of(*sp);
+        if (now - on.change_since_ns > anatt_ns) {
+          char cause[80];
+          std::snprintf(cause, sizeof cause, "ana change longer than ANATT (%.1f s)",
+                        static_cast<double>(anatt_ns) / 1e9);
+          for (const auto& other : vols) other->on[p].change_since_ns = 0;
+          report_path_failure(sp->index, sp->generation.load(), cause, LossCause::local, now);
+        }
+      } else {
+        on.change_since_ns = 0;
       }
-    } else {
-      sp->change_since_ns = 0;
+      // A live path that does not show a volume's namespace (it reconnected while the volume
+      // was being opened, or the namespace was not attached there): looked for again.
+      if (live && sp->ctrl && on.nsid.load() == 0 && now >= on.next_look_ns) {
+        on.next_look_ns = now + kLookAgainNs;
+        const int i = sp->index;
+        post_blocking([this, i, ns, ctrl = sp->ctrl] {
+          if (!stopping_.load()) (void)bind_path(*ns, *paths_[static_cast<size_t>(i)], *ctrl, 0, nullptr);
+        });
+      }
     }
     // A kernel path tells us nothing by itself (the kernel owns its events and keep-alive): its
     // ANA state is polled, and its controller's state checked, every period.
@@ -262,13 +445,13 @@ void VolumeImpl::ana_poll() {
   });
 }
 
-uint64_t VolumeImpl::anatt_ns_of(const SharedPath& sp) const noexcept {
+uint64_t SubsystemPaths::anatt_ns_of(const SharedPath& sp) const noexcept {
   // ANATT 0 means not reported: allow the longest the field could have said.
   const uint8_t anatt = sp.ctrl ? sp.ctrl->info().anatt_s : 0;
   return static_cast<uint64_t>(anatt ? anatt : 255) * 1'000'000'000ull;
 }
 
-void VolumeImpl::watch_controller(int path) {
+void SubsystemPaths::watch_controller(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   const uint32_t gen = sp.generation.load();
   sp.ctrl->on_async_event([this](uint32_t dw0) {
@@ -284,7 +467,7 @@ void VolumeImpl::watch_controller(int path) {
                         Reactor::clock_ns());
 }
 
-int VolumeImpl::push_event(FailoverEvent e) {
+int SubsystemPaths::push_event(FailoverEvent e) {
   timeline_.push_back(std::move(e));
   while (timeline_.size() > std::max<size_t>(opts_.timeline_max, 1)) {
     timeline_.pop_front();
@@ -293,13 +476,13 @@ int VolumeImpl::push_event(FailoverEvent e) {
   return static_cast<int>(timeline_dropped_ + timeline_.size() - 1);
 }
 
-FailoverEvent* VolumeImpl::event_at(int number) noexcept {
+FailoverEvent* SubsystemPaths::event_at(int number) noexcept {
   if (number < 0 || static_cast<uint64_t>(number) < timeline_dropped_) return nullptr;
   const uint64_t i = static_cast<uint64_t>(number) - timeline_dropped_;
   return i < timeline_.size() ? &timeline_[i] : nullptr;
 }
 
-bool VolumeImpl::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
+bool SubsystemPaths::report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                                      uint64_t detect_ns) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   {
@@ -329,16 +512,16 @@ bool VolumeImpl::report_path_failure(int path, uint32_t generation, std::string 
 
 // ---- FailoverEnv: what the machine asks for, on the control thread ---------------------------
 
-uint64_t VolumeImpl::now_ns() { return Reactor::clock_ns(); }
+uint64_t SubsystemPaths::now_ns() { return Reactor::clock_ns(); }
 
-void VolumeImpl::keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t) {
+void SubsystemPaths::keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t) {
   if (timers_.size() >= 64)
     timers_.erase(std::remove_if(timers_.begin(), timers_.end(), [](const auto& w) { return w.expired(); }),
                   timers_.end());
   timers_.push_back(t);
 }
 
-void VolumeImpl::arm_timer(int path, uint64_t at_ns, uint64_t token) {
+void SubsystemPaths::arm_timer(int path, uint64_t at_ns, uint64_t token) {
   const uint64_t now = Reactor::clock_ns();
   auto t = std::make_shared<boost::asio::steady_timer>(
       ctx_, std::chrono::nanoseconds(at_ns > now ? at_ns - now : 0));
@@ -349,7 +532,7 @@ void VolumeImpl::arm_timer(int path, uint64_t at_ns, uint64_t token) {
   });
 }
 
-void VolumeImpl::close_lanes(int path) {
+void SubsystemPaths::close_lanes(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   sp.state.store(PathState::failed, std::memory_order_release);
   for (auto& l : lanes_) {
@@ -358,11 +541,11 @@ void VolumeImpl::close_lanes(int path) {
   }
 }
 
-void VolumeImpl::fence_endpoint(int path) {
+void SubsystemPaths::fence_endpoint(int path) {
   if (auto ctrl = paths_[static_cast<size_t>(path)]->ctrl) post_blocking([ctrl] { ctrl->fence(); });
 }
 
-void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
+void SubsystemPaths::start_ccr(int failed, int via, uint32_t generation) {
   auto& f = *paths_[static_cast<size_t>(failed)];
   auto& v = *paths_[static_cast<size_t>(via)];
   if (!f.ctrl || !v.ctrl) {
@@ -394,7 +577,7 @@ void VolumeImpl::start_ccr(int failed, int via, uint32_t generation) {
   });
 }
 
-void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
+void SubsystemPaths::publish_fenced(int path, uint32_t generation, FenceRule rule) {
   auto& s = *paths_[static_cast<size_t>(path)];
   s.fenced_through.store(generation + 1, std::memory_order_release);
   s.state.store(PathState::fenced, std::memory_order_release);
@@ -406,12 +589,12 @@ void VolumeImpl::publish_fenced(int path, uint32_t generation, FenceRule rule) {
   }
 }
 
-void VolumeImpl::start_connect(int path) {
+void SubsystemPaths::start_connect(int path) {
   if (stopping_.load()) return;
   post_blocking([this, path] { try_connect(path); });
 }
 
-void VolumeImpl::try_connect(int path) {
+void SubsystemPaths::try_connect(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   if (stopping_.load()) return;
   const uint32_t next_gen = sp.generation.load() + 1;
@@ -433,7 +616,7 @@ void VolumeImpl::try_connect(int path) {
   });
 }
 
-void VolumeImpl::publish_live(int path, uint32_t generation) {
+void SubsystemPaths::publish_live(int path, uint32_t generation) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   sp.generation.store(generation);
   sp.state.store(PathState::live, std::memory_order_release);
@@ -446,40 +629,51 @@ void VolumeImpl::publish_live(int path, uint32_t generation) {
     }
     sp.event.store(-1);
   }
-  nvmeof::detail::log_info("nvmeof: path %s reconnected (%s)\n", sp.addr.to_string().c_str(), to_string(sp.ana.load()));
+  nvmeof::detail::log_info("nvmeof: path %s reconnected\n", sp.addr.to_string().c_str());
   watch_controller(path);
 }
 
-void VolumeImpl::request_ana_refresh() {
+void SubsystemPaths::request_ana_refresh() {
   if (ana_refresh_pending_.exchange(true)) return;
   post_blocking([this] { refresh_ana_now(); });
 }
 
-void VolumeImpl::refresh_ana_now() {
+void SubsystemPaths::refresh_ana_now() {
   ana_refresh_pending_.store(false);
   if (stopping_.load()) return;
+  const auto vols = bound();
   for (auto& sp : paths_) {
     if (sp->state.load() != PathState::live) continue;
     auto ctrl = sp->ctrl;  // a reconnect replaces it only while the path is not live
     if (!ctrl) continue;
     auto log = ctrl->ana_log();
     if (!log) continue;  // a failing path reports itself through its queues
-    const AnaGroup* g = log->group(sp->anagrpid.load());
-    if (!g) continue;
-    const AnaState old = sp->ana.exchange(g->state);
-    if (old == g->state) continue;
+    // ANA state is per (controller, ANA group): one log read serves every volume on the path.
+    bool left = false, back = false;
+    AnaState newest = AnaState::optimized;
+    for (const auto& ns : vols) {
+      auto& on = ns->on[static_cast<size_t>(sp->index)];
+      const AnaGroup* g = log->group(on.anagrpid.load());
+      if (!g) continue;
+      const AnaState old = on.ana.exchange(g->state);
+      if (old == g->state) continue;
+      left |= ana_tier(old) >= 0 && ana_tier(g->state) < 0;
+      back |= ana_tier(g->state) >= 0;
+      newest = g->state;
+    }
+    if (!left && !back) continue;
     // A path leaving the usable tiers is a failover of its own kind: record it so that the moved
     // I/O stamps its timeline; coming back closes it.
     std::lock_guard lock(timeline_mu_);
     const uint64_t now = Reactor::clock_ns();
-    if (ana_tier(old) >= 0 && ana_tier(g->state) < 0 && sp->event.load() < 0) {
+    if (left && sp->event.load() < 0) {
       FailoverEvent e;
       e.path = sp->index;
-      e.cause = std::string("ana ") + to_string(g->state);
+      e.cause = std::string("ana ") + to_string(newest);
       e.detect_ns = now;
       e.fenced_us = 0;  // the controller answered: nothing is left running on the path
       sp->event.store(push_event(std::move(e)));
-    } else if (ana_tier(g->state) >= 0 && sp->event.load() >= 0 && sp->state.load() == PathState::live) {
+    } else if (!left && back && sp->event.load() >= 0 && sp->state.load() == PathState::live) {
       if (FailoverEvent* ev = event_at(sp->event.load()))
         ev->reconnected_us = static_cast<int64_t>((now - ev->detect_ns) / 1000);
       sp->event.store(-1);
@@ -487,11 +681,9 @@ void VolumeImpl::refresh_ana_now() {
   }
 }
 
-void VolumeImpl::shutdown() {
+void SubsystemPaths::shutdown() {
   if (stopping_.exchange(true)) return;
-  stop_observers();
-  accepting_.store(false);
-  // In-flight I/O finishes first (bounded: a lane gives up after its own drain timeout).
+  // Every volume has left (each waited for its own I/O); what a lane still holds finishes first (bounded: a lane gives up after its own drain timeout).
   const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
   for (;;) {
     uint64_t n = 0;
@@ -515,11 +707,12 @@ void VolumeImpl::shutdown() {
   lanes_.clear();
   for (auto& sp : paths_) {
     if (sp->ctrl) sp->ctrl->close();
+    std::lock_guard lock(sp->ctrl_mu);
     sp->ctrl.reset();
   }
 }
 
-Lane* VolumeImpl::lane_for_submit() noexcept {
+Lane* SubsystemPaths::lane_for_submit() noexcept {
   for (auto& l : lanes_)
     if (l->on_lane_thread()) return l.get();
   return nullptr;
@@ -555,15 +748,37 @@ Result<std::unique_ptr<Volume>> Volume::open(const VolumeOptions& opts) {
 
 Result<std::unique_ptr<Volume>> Volume::open(std::shared_ptr<Host> host, const VolumeOptions& opts) {
   if (!host) return Errc::invalid_argument;
-  auto impl = std::make_unique<Impl>(std::move(host), opts);
-  if (auto r = impl->open(); !r) {
-    impl->shutdown();
-    return r.error();
+  if (opts.paths.empty() || opts.connect.subnqn.empty()) return Errc::invalid_argument;
+  // The controllers of this subsystem over these paths, shared with the volumes already open on
+  // them (ARCHITECTURE.md, "Shared controllers"); made and connected by the first.
+  std::shared_ptr<detail::SubsystemPaths> sub;
+  {
+    Host::Impl& e = engine_of(*host);
+    const std::string key = detail::subsystem_key(opts);
+    std::lock_guard lock(e.subsystems_mu);
+    std::erase_if(e.subsystems, [](const auto& kv) { return kv.second.expired(); });
+    if (auto it = e.subsystems.find(key); it != e.subsystems.end()) sub = it->second.lock();
+    if (!sub) {
+      sub = std::make_shared<detail::SubsystemPaths>(host, opts);
+      e.subsystems[key] = sub;
+    }
   }
+  auto ns = sub->open_volume(opts);
+  if (!ns) {
+    if (sub->failed_to_open()) {
+      // Not kept: the next open connects afresh.
+      Host::Impl& e = engine_of(*host);
+      std::lock_guard lock(e.subsystems_mu);
+      std::erase_if(e.subsystems, [&](const auto& kv) { return kv.second.lock() == sub; });
+    }
+    return ns.error();
+  }
+  auto impl = std::make_unique<Impl>(std::move(sub), std::move(*ns), opts);
   if (auto r = impl->start_observers(); !r) {
     impl->shutdown();
     return r.error();
   }
+  impl->accepting_.store(true, std::memory_order_release);
   return std::unique_ptr<Volume>(new Volume(std::move(impl)));
 }
 
@@ -622,20 +837,22 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> ho
   return open(std::move(host), opts);
 }
 
-const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_; }
-uint32_t Volume::block_size() const noexcept { return impl_->ns_.block_size; }
-uint64_t Volume::size_blocks() const noexcept { return impl_->ns_.size_blocks; }
+const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_->info; }
+uint32_t Volume::block_size() const noexcept { return impl_->ns_->info.block_size; }
+uint64_t Volume::size_blocks() const noexcept { return impl_->ns_->info.size_blocks; }
 
 namespace {
 // 0 or -EINVAL: the checks every submission passes before it reaches a lane.
 int check_io(const detail::VolumeImpl& v, const VolumeIo& io) noexcept {
   if (!io.done || !v.accepting_.load(std::memory_order_acquire)) return -EINVAL;
+  const NamespaceInfo& ns = v.ns_->info;
+  const uint32_t per = v.ns_->max_blocks_per_cmd;
   switch (io.op) {
     case IoOp::read:
     case IoOp::write:
     case IoOp::write_zeroes:
-      if (io.nlb == 0 || io.slba >= v.ns_.size_blocks || io.nlb > v.ns_.size_blocks - io.slba) return -EINVAL;
-      if (io.op != IoOp::write_zeroes && (!io.buf || (io.nlb + v.max_blocks_per_cmd_ - 1) / v.max_blocks_per_cmd_ > detail::kMaxPiecesPerIo))
+      if (io.nlb == 0 || io.slba >= ns.size_blocks || io.nlb > ns.size_blocks - io.slba) return -EINVAL;
+      if (io.op != IoOp::write_zeroes && (!io.buf || (io.nlb + per - 1) / per > detail::kMaxPiecesPerIo))
         return -EINVAL;
       break;
     case IoOp::dsm:
@@ -648,37 +865,44 @@ int check_io(const detail::VolumeImpl& v, const VolumeIo& io) noexcept {
 }
 }  // namespace
 
+namespace {
+// Hands an accepted I/O to `lane` (at once on its own thread), counted on its volume until it
+// completes (Lane::deliver); -EAGAIN when the lane's ring is full.
+int hand_to(detail::Lane* lane, detail::VolumeNs& ns, VolumeIo& io) noexcept {
+  io_state(io).ns = &ns;
+  ns.inflight.fetch_add(1, std::memory_order_relaxed);
+  if (lane->on_lane_thread()) {
+    lane->start_io(io);
+    return 0;
+  }
+  if (lane->enqueue(&io)) return 0;
+  ns.inflight.fetch_sub(1, std::memory_order_relaxed);
+  return -EAGAIN;
+}
+}  // namespace
+
 int Volume::submit(VolumeIo& io) noexcept {
   auto& v = *impl_;
   if (const int rc = check_io(v, io)) return rc;
-  if (detail::Lane* own = v.lane_for_submit()) {
-    own->start_io(io);
-    return 0;
-  }
-  return v.lane_for_caller()->enqueue(&io) ? 0 : -EAGAIN;
+  detail::Lane* own = v.sub_->lane_for_submit();
+  return hand_to(own ? own : v.sub_->lane_for_caller(), *v.ns_, io);
 }
 
 int Volume::submit(VolumeIo& io, unsigned reactor) noexcept {
   auto& v = *impl_;
   if (const int rc = check_io(v, io)) return rc;
-  detail::Lane* lane = v.lanes_[reactor % v.lanes_.size()].get();
-  if (lane->on_lane_thread()) {
-    lane->start_io(io);
-    return 0;
-  }
-  return lane->enqueue(&io) ? 0 : -EAGAIN;
+  return hand_to(v.sub_->lanes_[reactor % v.sub_->lanes_.size()].get(), *v.ns_, io);
 }
 
-const Placement& Volume::placement() const noexcept { return impl_->placement_; }
+const Placement& Volume::placement() const noexcept { return impl_->sub_->placement_; }
 
-void Volume::set_selector(SelectorKind k) noexcept { impl_->selector_.store(k, std::memory_order_relaxed); }
+void Volume::set_selector(SelectorKind k) noexcept { impl_->ns_->selector.store(k, std::memory_order_relaxed); }
 
 unsigned Volume::usable_paths() const noexcept {
   unsigned n = 0;
-  for (auto& sp : impl_->paths_) {
-    const int tier = detail::ana_tier(sp->ana.load(std::memory_order_relaxed));
-    n += sp->state.load(std::memory_order_relaxed) == PathState::live && tier >= 0;
-  }
+  for (auto& sp : impl_->sub_->paths_)
+    n += sp->state.load(std::memory_order_relaxed) == PathState::live &&
+         impl_->ns_->usable_on(static_cast<size_t>(sp->index));
   return n;
 }
 

@@ -1,5 +1,7 @@
-// Internals of Volume: the paths as the control thread keeps them, and the lanes (one per
-// reactor thread) that run the data plane.
+// Internals of Volume: a subsystem reached over its paths (SubsystemPaths: one controller per
+// path, the lanes, one per engine reactor, that run the data plane, and the failover machine),
+// shared by every volume (namespace) open on it, and the volume itself (VolumeNs, VolumeImpl).
+// ARCHITECTURE.md, "Shared controllers".
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -40,9 +42,9 @@ namespace nvmeof::detail {
 class ControlSocket;
 class MetricsExporter;
 
-/// One path as the whole volume sees it.
+/// One path (one controller) as the whole subsystem sees it, for every volume on it.
 ///
-/// Threading: `state`, `ana`, `generation`, `quiesce_ns`, `fenced_through` and `event` are
+/// Threading: `state`, `generation`, `quiesce_ns`, `fenced_through` and `event` are
 /// written by the control thread only and read by the lanes with relaxed (or acquire) loads. A
 /// stale read is safe: an I/O sent to a path that just failed or turned inaccessible comes back
 /// with a transport or path status and is retried by the decision table; a lane never uses a
@@ -61,15 +63,23 @@ struct SharedPath {
   /// pair of generation g can no longer execute once fenced_through > g.
   std::atomic<uint32_t> fenced_through{0};
   std::atomic<int> event{-1};            ///< timeline index of the open failover, -1 none
-  std::atomic<uint32_t> anagrpid{0};
+  /// What the lanes' probe of a silent path reads (one block): a namespace of some volume on
+  /// this path (the newest bound; a closed volume's stays until another is bound, and any
+  /// answer, even an error, shows the controller alive).
+  std::atomic<uint32_t> probe_nsid{0};
+  std::atomic<uint32_t> probe_block_size{512};
   // -- control thread only --
-  std::shared_ptr<PathEndpoint> ctrl;  ///< a fabric controller or a kernel path
+  std::shared_ptr<PathEndpoint> ctrl;  ///< a fabric controller or a kernel path (ctrl_mu to replace)
+  /// Guards replacing `ctrl` against readers off the control thread (endpoint()).
+  mutable std::mutex ctrl_mu;
+  std::shared_ptr<PathEndpoint> endpoint() const {
+    std::lock_guard lock(ctrl_mu);
+    return ctrl;
+  }
   PathFacts facts;                     ///< what the failover machine knows of its controller
-  uint32_t nsid = 0;
   uint16_t cqt_ms = 0;
   std::array<uint16_t, 3> crdt_100ms{};
-  uint32_t reported_generation = UINT32_MAX;  // guarded by VolumeImpl::timeline_mu_
-  uint64_t change_since_ns = 0;  // control thread: when the path entered ANA change, 0 if not in it
+  uint32_t reported_generation = UINT32_MAX;  // guarded by SubsystemPaths::timeline_mu_
   std::atomic<uint64_t> failovers{0};
   std::atomic<uint64_t> keep_alives{0};  // its controller's, copied by ana_poll (control thread)
   std::atomic<uint64_t> reconnects{0};
@@ -78,7 +88,37 @@ struct SharedPath {
   std::string last_connect_error;  ///< guarded by error_mu: why the last (re)connect failed
 };
 
-class VolumeImpl;
+class SubsystemPaths;
+
+/// One volume: a namespace of the subsystem, as its I/O needs it on every path. A VolumeIo
+/// carries its VolumeNs (VolumeIoState::ns) into the lanes, which serve every volume alike.
+///
+/// Threading: `info`, `max_blocks_per_cmd` and `round_robin_ios` are written before the volume
+/// accepts I/O and only read afterwards. Per path, `nsid`, `ana` and `anagrpid` are written by
+/// the control side (bind, reconnect, ANA refresh: the control thread or its pool) and read
+/// relaxed by the lanes; a stale read is safe for the reasons SharedPath gives. `change_since_ns`
+/// is the control thread's. The counters are relaxed atomics.
+struct VolumeNs {
+  struct OnPath {
+    std::atomic<uint32_t> nsid{0};  ///< 0: not found behind this path's controller (unusable)
+    std::atomic<AnaState> ana{AnaState::optimized};
+    std::atomic<uint32_t> anagrpid{0};
+    uint64_t change_since_ns = 0;  // control thread: when it entered ANA change, 0 if not in it
+    uint64_t next_look_ns = 0;     // control thread: when to look for it again while nsid is 0
+  };
+  explicit VolumeNs(size_t paths) : on(paths) {}
+  NamespaceInfo info;
+  uint32_t max_blocks_per_cmd = 1;
+  uint32_t round_robin_ios = 1;
+  std::vector<OnPath> on;  // one per path; never resized
+  std::atomic<SelectorKind> selector{SelectorKind::service_time};
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> failed{0};
+  /// Accepted by submit() and not completed yet (any thread): what closing the volume waits for.
+  std::atomic<uint64_t> inflight{0};
+  /// Path p can carry this volume's I/O as far as the namespace goes (found there, ANA usable).
+  bool usable_on(size_t p) const noexcept;
+};
 
 struct AttemptList;
 
@@ -158,6 +198,7 @@ struct LanePath {
   // passes the deadline; any answer (the probe's or another command's) shows it alive.
   IoRequest probe;
   std::unique_ptr<uint8_t[]> probe_buf;
+  uint32_t probe_buf_size = 0;
   // A failure of this generation's queue pair reported before the generation was published
   // (the report was refused): reported again once it is.
   bool unpublished_failure = false;
@@ -192,7 +233,7 @@ inline bool (*g_fail_after_attach_for_test)(int path, uint32_t generation) = nul
 /// posted to a lane that has stopped since does nothing (`alive_`, reactor thread only).
 class Lane final : public QueuePairListener {
  public:
-  Lane(VolumeImpl& vol, EngineReactor& reactor, int index);
+  Lane(SubsystemPaths& sub, EngineReactor& reactor, int index);
   ~Lane();
   /// Joins its reactor's loop (its request pool on the reactor's node). Blocks until done.
   Result<void> start();
@@ -283,7 +324,11 @@ class Lane final : public QueuePairListener {
   uint64_t dead_after_ns(const LanePath& lp) const noexcept;
   void orphan_inflight(LanePath& lp) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
-  void refresh_views() noexcept;
+  /// The paths as `ns` sees them from this lane (ANA state and presence are per namespace);
+  /// nullptr: as the controllers are, whatever the namespace.
+  void refresh_views(const VolumeNs* ns) noexcept;
+  /// Completes a whole I/O to its caller (counted on its volume).
+  static void deliver(VolumeIo& io, NvmeStatus st) noexcept;
   uint64_t deadline_ns(const LanePath& lp) const noexcept;
   Attempt* alloc_attempt() noexcept;
   void free_attempt(Attempt* a) noexcept;
@@ -292,7 +337,7 @@ class Lane final : public QueuePairListener {
   uint32_t pieces_of(const VolumeIo& io) const noexcept;
   bool has_free(uint32_t n) const noexcept;
 
-  VolumeImpl& vol_;
+  SubsystemPaths& sub_;
   EngineReactor& er_;
   int index_;
   std::atomic<bool> stop_{false};
@@ -319,24 +364,48 @@ class Lane final : public QueuePairListener {
   uint64_t last_turn_cpu_ns_ = 0;
 };
 
-/// The volume: its paths, its lanes and its control loop.
+/// A subsystem over its paths: one controller per path, one lane per engine reactor, the
+/// failover machine and its control loop, shared by every volume (namespace) open on it
+/// (bind()/unbind()). The engine keeps one per sharing key (subsystem_key); the volumes hold it,
+/// and the last one to close closes the controllers.
 ///
-/// Threading: `host_` is set at construction and held until the volume is destroyed (its threads
-/// outlive every lane and timer of the volume). `opts_`, `ns_`, `max_blocks_per_cmd_`, `paths_` (the vector), `lanes_`,
+/// Threading: `host_` is set at construction and held until the object is destroyed (its threads
+/// outlive every lane and timer). `opts_`, `max_transfer_`, `paths_` (the vector), `lanes_`,
 /// `topology_`, `placement_` and `node_lanes_` are written by open() before any lane runs or
-/// any submission is accepted (`accepting_`, release/acquire) and only read afterwards.
+/// any volume is bound (`open_mu_`, whose release publishes them) and only read afterwards.
+/// `bound_` is guarded by `ns_mu_`.
 /// `machine_` and `timers_` belong to the control loop (the control plane's io_context thread);
 /// the connect pool runs blocking work (connects, CCRs, admin reads) and reports back to that
 /// loop by posting, never touching the machine itself. `timeline_` is guarded by
 /// `timeline_mu_` (lanes stamp it once per failover). The counters are relaxed atomics:
 /// statistics only.
-class VolumeImpl : public FailoverEnv {
+class SubsystemPaths : public FailoverEnv {
  public:
-  VolumeImpl(std::shared_ptr<Host> host, const VolumeOptions& opts);
-  ~VolumeImpl();
+  SubsystemPaths(std::shared_ptr<Host> host, const VolumeOptions& opts);
+  ~SubsystemPaths();
 
-  Result<void> open();
+  /// Connects the controllers, binds the first volume `vo` (returned in `first`) and starts the
+  /// lanes. Errors: no path could be connected (the first path's error), those of bind().
+  Result<void> open(const VolumeOptions& vo, std::shared_ptr<VolumeNs>& first);
   void shutdown();
+  /// A volume on it: the first caller opens it (open()), later ones bind() to it; once opening
+  /// failed every caller gets that error (failed_to_open()). Any thread.
+  Result<std::shared_ptr<VolumeNs>> open_volume(const VolumeOptions& vo);
+  /// Opened successfully: its paths, lanes and placement may be read (acquire). Any thread.
+  bool ready() const noexcept { return ready_.load(std::memory_order_acquire); }
+  bool failed_to_open() {
+    std::lock_guard lock(open_mu_);
+    return bool(open_error_);
+  }
+  /// A volume of namespace `vo.nsid` (on the first live path; matched by its identifiers on the
+  /// others) on these controllers: identifies it on every live path (admin commands, no new
+  /// connection). Errors: the namespace is not active (invalid_argument), a live path shows no
+  /// namespace with its identifiers (namespace_mismatch), those of the admin commands.
+  Result<std::shared_ptr<VolumeNs>> bind(const VolumeOptions& vo);
+  /// The volume is gone (its I/O has completed): the control side stops tracking it.
+  void unbind(const VolumeNs& ns);
+  /// The volumes open on it now. Any thread.
+  std::vector<std::shared_ptr<VolumeNs>> bound() const;
 
   // Control-thread events (any thread may call; they post to the control context).
   /// False when `generation` is not the published one: stale, or not yet published (a queue pair
@@ -356,18 +425,19 @@ class VolumeImpl : public FailoverEnv {
   void index_lanes();
 
   std::shared_ptr<Host> host_;  // first: destroyed last
-  VolumeOptions opts_;
+  VolumeOptions opts_;          // the first volume's; the sharing key says what all agree on
   ControlPlane& cp_{engine_of(*host_).cp};
-  NamespaceInfo ns_;
-  bool have_ns_ = false;
-  uint32_t max_blocks_per_cmd_ = 0;
+  uint32_t max_transfer_ = 1u << 20;  // bytes one command may move on every path
   std::vector<std::unique_ptr<SharedPath>> paths_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  std::atomic<SelectorKind> selector_{SelectorKind::service_time};
-  std::atomic<uint64_t> completed_{0};
-  std::atomic<uint64_t> failed_{0};
-  std::atomic<bool> accepting_{false};
   std::atomic<uint32_t> next_lane_{0};
+  mutable std::mutex ns_mu_;
+  std::vector<std::shared_ptr<VolumeNs>> bound_;  // the volumes open on it (ns_mu_)
+  std::vector<std::shared_ptr<VolumeNs>> retired_;  // closed with I/O still in a lane (ns_mu_)
+  std::mutex open_mu_;
+  bool opened_ = false;             // open_mu_
+  std::error_code open_error_;      // open_mu_
+  std::atomic<bool> ready_{false};
   // Written once by open() before any lane starts or any submit is accepted; read-only after.
   Topology topology_;
   Placement placement_;
@@ -383,23 +453,10 @@ class VolumeImpl : public FailoverEnv {
   int push_event(FailoverEvent e);
   FailoverEvent* event_at(int number) noexcept;
 
-  /// Volume::stats(): lane snapshots (posted to each lane) plus the shared counters. Any thread
-  /// but a lane's.
-  /// `all`, when given, gets every path's latency histogram merged in (the same snapshot).
-  VolumeStats collect_stats(LatencyHistogram* all = nullptr) const;
-
-  // -- observability (issue 12; lib/multipath/volume_observe.cpp) --
-  /// Opens the control socket (VolumeOptions::control_socket / NVMEOF_CONTROL_DIR) and the
-  /// metrics endpoint when asked for. After open() succeeded; errors as ControlSocket::open,
-  /// invalid_argument for a bad metrics_listen.
-  Result<void> start_observers();
-  /// Closes both; no request runs after it returns. Called first by shutdown().
-  void stop_observers();
-  std::string control_socket_path() const;
-  uint16_t metrics_port() const noexcept;  // 0 when none
-  uint32_t serial_ = 0;                            // this process's volume number
-  std::unique_ptr<ControlSocket> control_socket_;  // control thread only once open
-  std::unique_ptr<MetricsExporter> metrics_;       // its HTTP threads call collect_stats()
+  /// Volume::stats() of the volume `ns`: lane snapshots (posted to each lane) plus the shared
+  /// counters. The path counters are the controllers': every volume's I/O on them. Any thread
+  /// but a lane's. `all`, when given, gets every path's latency histogram merged in.
+  VolumeStats collect_stats(const VolumeNs& ns, LatencyHistogram* all = nullptr) const;
 
  private:
   // FailoverEnv (control thread).
@@ -414,7 +471,11 @@ class VolumeImpl : public FailoverEnv {
 
   void keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t);
   void try_connect(int path);  // on the connect pool
+  /// Connects path sp's controller and finds every bound volume's namespace behind it.
   Result<void> connect_path(SharedPath& sp, std::chrono::milliseconds timeout);
+  /// Finds `ns` behind sp's controller `ctrl` (by NSID `first` when nonzero, else by `ns`'s
+  /// identifiers) and reads its ANA state from `log` when given. Pool or opening thread.
+  Result<void> bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoint& ctrl, uint32_t first, const AnaLog* log);
   /// Prepares a queue pair of `path` for every lane on the calling thread (never a lane) and
   /// starts each on its lane, waiting up to `timeout` for each.
   Result<void> attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout);
@@ -443,6 +504,50 @@ class VolumeImpl : public FailoverEnv {
   std::atomic<bool> ana_refresh_pending_{false};
   std::atomic<bool> stopping_{false};
 };
+
+}  // namespace nvmeof::detail
+
+namespace nvmeof::detail {
+
+/// What a Volume is: its namespace (VolumeNs) on a SubsystemPaths it shares with the other
+/// volumes of the subsystem, and its own observers.
+///
+/// Threading: everything is set by Volume::open before the volume is handed out, except
+/// `accepting_` (release/acquire) and the observers (control thread once open).
+class VolumeImpl {
+ public:
+  VolumeImpl(std::shared_ptr<SubsystemPaths> sub, std::shared_ptr<VolumeNs> ns, const VolumeOptions& opts);
+  ~VolumeImpl();
+  /// Stops taking I/O, waits for its own in flight (bounded by no_path_timeout), closes its
+  /// observers and leaves the subsystem; the last volume to leave closes the controllers.
+  void shutdown();
+  VolumeStats collect_stats(LatencyHistogram* all = nullptr) const { return sub_->collect_stats(*ns_, all); }
+
+  // -- observability (lib/multipath/volume_observe.cpp) --
+  /// Opens the control socket (VolumeOptions::control_socket / NVMEOF_CONTROL_DIR) and the
+  /// metrics endpoint when asked for. Errors as ControlSocket::open, invalid_argument for a bad
+  /// metrics_listen.
+  Result<void> start_observers();
+  /// Closes both; no request runs after it returns. Called first by shutdown().
+  void stop_observers();
+  std::string control_socket_path() const;
+  uint16_t metrics_port() const noexcept;  // 0 when none
+
+  std::shared_ptr<SubsystemPaths> sub_;
+  std::shared_ptr<VolumeNs> ns_;
+  VolumeOptions opts_;
+  std::atomic<bool> accepting_{false};
+  uint64_t open_ns_ = 0;
+  uint32_t serial_ = 0;                            // this process's volume number
+  std::unique_ptr<ControlSocket> control_socket_;  // control thread only once open
+  std::unique_ptr<MetricsExporter> metrics_;       // its HTTP threads call collect_stats()
+  bool shut_ = false;
+};
+
+/// The key under which the engine shares a SubsystemPaths: everything of `vo` the controllers and
+/// the failover machine depend on (subsystem, paths, host identity, keys, TLS, queue sizes,
+/// keep-alive, timeouts, fencing, retries), not the volume's own (nsid, selector, observers).
+std::string subsystem_key(const VolumeOptions& vo);
 
 }  // namespace nvmeof::detail
 

@@ -11,7 +11,12 @@
 
 namespace nvmeof {
 
+namespace detail {
+struct VolumeNs;
+}
+
 struct VolumeIoState {
+  detail::VolumeNs* ns;    ///< the volume (namespace) it was submitted to
   uint64_t start_ns;       ///< when the volume accepted it
   uint16_t parts_left;     ///< split pieces outstanding
   NvmeStatus first_error;

@@ -88,12 +88,12 @@ Result<void> VolumeImpl::start_observers() {
       if (!k)
         return fail("unknown selector \"" + req["selector"].get<std::string>() +
                     "\" (round-robin, queue-depth, numa, service-time)");
-      selector_.store(*k, std::memory_order_relaxed);
+      ns_->selector.store(*k, std::memory_order_relaxed);
       return Json{{"ok", true}, {"selector", to_string(*k)}}.dump();
     }
     return fail("unknown op \"" + op + "\" (stats, set-selector)");
   };
-  auto sock = ControllerAccess::impl(cp_).call([&] { return ControlSocket::open(ctx_, path, handler); });
+  auto sock = ControllerAccess::impl(sub_->cp_).call([&] { return ControlSocket::open(engine_of(*sub_->host_).io(), path, handler); });
   if (!sock) return sock.error();
   control_socket_ = std::move(*sock);
   return {};
@@ -102,7 +102,7 @@ Result<void> VolumeImpl::start_observers() {
 void VolumeImpl::stop_observers() {
   metrics_.reset();  // waits for a scrape in progress
   if (control_socket_) {
-    ControllerAccess::impl(cp_).call([this] { control_socket_->close(); });
+    ControllerAccess::impl(sub_->cp_).call([this] { control_socket_->close(); });
     control_socket_.reset();
   }
 }

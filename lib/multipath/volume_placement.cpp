@@ -5,7 +5,7 @@
 
 namespace nvmeof::detail {
 
-void VolumeImpl::plan_placement() {
+void SubsystemPaths::plan_placement() {
   const Host::Impl& h = engine_of(*host_);
   topology_ = h.topology;
   placement_ = h.placement;
@@ -20,7 +20,7 @@ void VolumeImpl::plan_placement() {
   }
 }
 
-void VolumeImpl::index_lanes() {
+void SubsystemPaths::index_lanes() {
   node_lanes_.clear();
   for (auto& l : lanes_) {
     const int n = l->node();
@@ -30,7 +30,7 @@ void VolumeImpl::index_lanes() {
   }
 }
 
-Lane* VolumeImpl::lane_for_caller() noexcept {
+Lane* SubsystemPaths::lane_for_caller() noexcept {
   const uint32_t turn = next_lane_.fetch_add(1, std::memory_order_relaxed);
   if (!node_lanes_.empty()) {
     const int node = current_node(topology_);
@@ -43,7 +43,7 @@ Lane* VolumeImpl::lane_for_caller() noexcept {
 }
 
 int Lane::node() const noexcept {
-  return vol_.placement_.reactors[static_cast<size_t>(index_)].node;
+  return sub_.placement_.reactors[static_cast<size_t>(index_)].node;
 }
 
 }  // namespace nvmeof::detail

@@ -60,13 +60,13 @@ const char* to_string(PathState s) noexcept {
 
 VolumeStats Volume::stats() const { return impl_->collect_stats(); }
 
-VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
+VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHistogram* all) const {
   auto& v = *this;
   VolumeStats s;
-  s.ns = v.ns_;
-  s.selector = v.selector_.load();
-  s.completed = v.completed_.load();
-  s.failed = v.failed_.load();
+  s.ns = ns.info;
+  s.selector = ns.selector.load();
+  s.completed = ns.completed.load();
+  s.failed = ns.failed.load();
   const double secs = static_cast<double>(Reactor::clock_ns() - v.open_ns_) / 1e9;
   // A lane held up (a completion callback that blocks) must not hold up stats() with it: every
   // lane is asked first, then all are waited for by one deadline.
@@ -84,8 +84,8 @@ VolumeStats detail::VolumeImpl::collect_stats(LatencyHistogram* all) const {
     ps.index = static_cast<int>(p);
     ps.address = sp.addr.to_string();
     ps.state = sp.state.load();
-    ps.ana_state = sp.ana.load();
-    ps.ana_group = sp.anagrpid.load();
+    ps.ana_state = ns.on[p].ana.load();
+    ps.ana_group = ns.on[p].anagrpid.load();
     ps.failovers = sp.failovers.load();
     ps.keep_alives = sp.keep_alives.load(std::memory_order_relaxed);
     ps.reconnects = sp.reconnects.load();

@@ -1,10 +1,16 @@
 // One engine per process, against the embedded target: volumes share the engine's reactor
-// threads, control thread and pool (counted in /proc/self/task, never timed), several namespaces
-// move verified data at once through one engine and across a path reset, and a volume closing
-// and reopening disturbs none of the others.
+// threads, control thread and pool (counted in /proc/self/task, never timed) and the controllers
+// of their subsystem (connections counted on the target), several namespaces move verified data
+// at once through shared controllers and across a path reset and a partition (one CCR per failed
+// controller), a volume closing and reopening disturbs none of the others, and a thousand of
+// them leave descriptors, threads, connections and memory where they were.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
 
 #include <chrono>
 #include <memory>
@@ -32,6 +38,38 @@ size_t thread_count() {
     closedir(d);
   }
   return n;
+}
+
+size_t fd_count() {
+  size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+uint64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// One I/O submitted and waited for (its completion, bounded) from this thread.
+NvmeStatus run_io(Volume& v, IoOp op, void* buf, uint64_t slba, uint32_t nlb) {
+  std::promise<NvmeStatus> done;
+  auto fut = done.get_future();
+  VolumeIo io;
+  io.op = op;
+  io.slba = slba;
+  io.nlb = nlb;
+  io.buf = buf;
+  io.user = &done;
+  io.done = [](VolumeIo& i, NvmeStatus s) noexcept { static_cast<std::promise<NvmeStatus>*>(i.user)->set_value(s); };
+  REQUIRE(v.submit(io) == 0);
+  REQUIRE(fut.wait_for(20s) == std::future_status::ready);
+  return fut.get();
 }
 
 struct Rig {
@@ -67,6 +105,10 @@ struct Rig {
     vo.placement = PlacementMode::unpinned;
     vo.io_deadline = 5s;  // not a test of silent paths
     return vo;
+  }
+  uint64_t accepted() const { return target->stats(0).connections + (to.ports.size() > 1 ? target->stats(1).connections : 0); }
+  uint64_t live() const {
+    return target->stats(0).live_connections + (to.ports.size() > 1 ? target->stats(1).live_connections : 0);
   }
   // For the cases that check nothing failed over: a keep-alive timeout a loaded machine cannot
   // miss (the shortest, 100 ms, can be when the control thread waits for a CPU).
@@ -121,17 +163,176 @@ TEST_CASE("Volume::open shares the process's engine between volumes of the same 
   auto a = Volume::open(rig.options(1));
   REQUIRE(a);
   const size_t one = thread_count();
-  const uint64_t conns_one = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
+  const uint64_t conns_one = rig.accepted();
   auto b = Volume::open(rig.options(2));
   REQUIRE(b);
-  const uint64_t conns_two = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
-  // The second volume added only the target's threads for its own connections.
-  CHECK(thread_count() == one + (conns_two - conns_one));
+  // The second volume is a namespace of a subsystem already connected: no connection, no thread
+  // (on either side).
+  CHECK(rig.accepted() == conns_one);
+  CHECK(thread_count() == one);
   HostOptions same;
   same.placement = PlacementMode::unpinned;
   auto ha = Host::shared(same);
   REQUIRE(ha);
   CHECK((*ha)->stats().volumes == 2);
+}
+
+TEST_CASE("volumes of one subsystem share its controllers: a second namespace opens no connection",
+          "[engine][shared]") {
+  Rig rig;
+  HostOptions ho;
+  ho.reactors = 2;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  std::vector<std::unique_ptr<Volume>> vols;
+  auto first = Volume::open(*host, rig.steady_options(1));
+  REQUIRE(first);
+  vols.push_back(std::move(*first));
+  const uint64_t one = rig.accepted();
+  CHECK(one == 2 * (1 + 2));  // per path: the admin queue and one I/O queue per reactor
+  for (int i = 1; i < kNamespaces; ++i) {
+    auto v = Volume::open(*host, rig.steady_options(static_cast<uint32_t>(i + 1)));
+    REQUIRE(v);
+    vols.push_back(std::move(*v));
+  }
+  CHECK(rig.accepted() == one);
+  CHECK(rig.live() == one);
+  HostStats hs = (*host)->stats();
+  CHECK(hs.volumes == kNamespaces);
+  CHECK(hs.subsystems == 1);
+  REQUIRE(hs.controllers.size() == 2);
+  for (const auto& c : hs.controllers) {
+    CHECK(c.volumes == kNamespaces);
+    CHECK(c.state == PathState::live);
+    CHECK(c.cntlid != 0);
+  }
+  // Each volume is its own namespace: verified data on all four at once.
+  std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
+  for (auto& v : vols) work.push_back(std::make_unique<test::VerifiedWorkload>(*v, 8));
+  for (auto& w : work) w->start();
+  REQUIRE(test::wait_until([&] {
+    for (auto& w : work)
+      if (w->completed() < 300) return false;
+    return true;
+  }));
+  for (auto& w : work) REQUIRE(w->finish(15s));
+  for (size_t i = 0; i < work.size(); ++i) {
+    INFO("namespace " << i + 1);
+    check_clean(*work[i], "namespace");
+    CHECK(vols[i]->ns().nsid == i + 1);
+  }
+  // Other settings (here the keep-alive) are other controllers.
+  auto apart = Volume::open(*host, rig.options(1));
+  REQUIRE(apart);
+  CHECK(rig.accepted() == 2 * one);
+  CHECK((*host)->stats().subsystems == 2);
+  apart->reset();
+  // The last volume of a subsystem closes its controllers; the others keep them.
+  vols.resize(1);
+  hs = (*host)->stats();
+  CHECK(hs.subsystems == 1);
+  for (const auto& c : hs.controllers) CHECK(c.volumes == 1);
+  CHECK(test::wait_until([&] { return rig.live() == one; }));
+  vols.clear();
+  CHECK((*host)->stats().subsystems == 0);
+  CHECK(test::wait_until([&] { return rig.live() == 0; }));
+}
+
+TEST_CASE("a partition fails over every namespace on the shared controller with one CCR", "[engine][faults]") {
+  Rig rig;
+  HostOptions ho;
+  ho.reactors = 2;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  std::vector<std::unique_ptr<Volume>> vols;
+  std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
+  for (int i = 0; i < kNamespaces; ++i) {
+    // Found silent by its I/O (the lanes' deadline); a keep-alive timeout the target keeps the
+    // controller for, so that the CCR finds it (one that ended by itself needs no reset).
+    VolumeOptions vo = rig.steady_options(static_cast<uint32_t>(i + 1));
+    vo.io_deadline = 0us;
+    auto v = Volume::open(*host, vo);
+    REQUIRE(v);
+    vols.push_back(std::move(*v));
+    work.push_back(std::make_unique<test::VerifiedWorkload>(*vols.back(), 8));
+  }
+  for (auto& w : work) w->start();
+  REQUIRE(test::wait_until([&] {
+    for (auto& w : work)
+      if (w->completed() < 200) return false;
+    return true;
+  }));
+  const uint64_t ccr_before = rig.target->stats(1).ccr_received;
+  rig.target->inject(0, FaultKind::partition);
+  // One failover of the shared controller, seen by every namespace, fenced before writes moved.
+  REQUIRE(test::wait_until([&] {
+    for (auto& v : vols) {
+      const auto t = v->stats().timeline;
+      if (t.empty() || t.front().fenced_us < 0) return false;
+    }
+    return true;
+  }));
+  std::vector<uint64_t> at_fault;
+  for (auto& w : work) at_fault.push_back(w->completed());
+  REQUIRE(test::wait_until([&] {
+    for (size_t i = 0; i < work.size(); ++i)
+      if (work[i]->completed() < at_fault[i] + 200) return false;
+    return true;
+  }));
+  rig.target->clear_faults(0);
+  for (auto& w : work) REQUIRE(w->finish(15s));
+  const auto st = vols[0]->stats();
+  INFO(to_text(st));
+  size_t failovers_of_path0 = 0;
+  for (const auto& e : st.timeline) failovers_of_path0 += e.path == 0;
+  for (size_t i = 0; i < work.size(); ++i) {
+    INFO("namespace " << i + 1);
+    check_clean(*work[i], "namespace");
+    CHECK(vols[i]->stats().failed == 0);
+    CHECK(vols[i]->stats().timeline.size() == st.timeline.size());  // the controllers' failovers
+  }
+  CHECK(failovers_of_path0 >= 1);
+  CHECK(st.timeline.front().fence_rule == std::string("ccr"));
+  // One Cross-Controller Reset per failed controller, not one per namespace.
+  CHECK(rig.target->stats(1).ccr_received - ccr_before == failovers_of_path0);
+}
+
+TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave nothing behind", "[engine][shared]") {
+  Rig rig;
+  HostOptions ho;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  auto keep = Volume::open(*host, rig.steady_options(1));
+  REQUIRE(keep);
+  std::vector<uint8_t> buf(4096);
+  auto cycle = [&](int i) {
+    auto v = Volume::open(*host, rig.steady_options(2));
+    REQUIRE(v);
+    // Usable each time: a block written and read back.
+    const uint32_t bs = (*v)->block_size();
+    std::fill(buf.begin(), buf.begin() + bs, static_cast<uint8_t>(i));
+    const uint64_t lba = static_cast<uint64_t>(i) % 64;
+    REQUIRE(run_io(**v, IoOp::write, buf.data(), lba, 1).is_success());
+    std::fill(buf.begin(), buf.begin() + bs, uint8_t{0});
+    REQUIRE(run_io(**v, IoOp::read, buf.data(), lba, 1).is_success());
+    REQUIRE(buf[bs - 1] == static_cast<uint8_t>(i));
+  };
+  for (int i = 0; i < 50; ++i) cycle(i);  // what the first ones allocate for good
+  const size_t fds = fd_count(), threads = thread_count();
+  const uint64_t rss = rss_bytes(), accepted = rig.accepted();
+  for (int i = 0; i < 1000; ++i) cycle(i);
+  const double grew_mib = (static_cast<double>(rss_bytes()) - static_cast<double>(rss)) / (1 << 20);
+  INFO("descriptors " << fds << " -> " << fd_count() << ", threads " << threads << " -> " << thread_count()
+                      << ", RSS grew " << grew_mib << " MiB");
+  CHECK(fd_count() == fds);
+  CHECK(thread_count() == threads);
+  CHECK(rig.accepted() == accepted);  // not one connection for a thousand volumes
+  CHECK(grew_mib < 4.0);
+  CHECK((*host)->stats().volumes == 1);
+  CHECK((*keep)->stats().timeline.empty());
 }
 
 TEST_CASE("namespaces on one engine move verified data through a path reset", "[engine][faults]") {
@@ -188,8 +389,9 @@ TEST_CASE("a volume closing and reopening disturbs none of the others on its eng
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 8);
   w.start();
+  const uint64_t accepted = rig.accepted();
   for (int round = 0; round < 20; ++round) {
-    auto v = Volume::open(*host, rig.options(2));
+    auto v = Volume::open(*host, rig.steady_options(2));  // on the same controllers
     REQUIRE(v);
     // Its own blocks each round: a workload checks what it reads against its own writes only.
     test::VerifiedWorkload other(**v, 2, 32, static_cast<uint64_t>(round) * 64);
@@ -198,6 +400,7 @@ TEST_CASE("a volume closing and reopening disturbs none of the others on its eng
     REQUIRE(other.finish(15s));
     check_clean(other, "reopened volume");
   }
+  CHECK(rig.accepted() == accepted);
   REQUIRE(w.finish(15s));
   check_clean(w, "volume kept open");
   INFO(to_text((*keep)->stats()));
@@ -215,8 +418,11 @@ TEST_CASE("a namespace that does not exist fails its open and disturbs nothing",
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 4);
   w.start();
-  auto bad = Volume::open(*host, rig.options(99));
+  auto bad = Volume::open(*host, rig.steady_options(99));  // on the connected controllers
   REQUIRE_FALSE(bad);
+  auto bad_apart = Volume::open(*host, rig.options(99));  // on controllers of its own
+  REQUIRE_FALSE(bad_apart);
+  CHECK((*host)->stats().subsystems == 1);
   CHECK((*host)->stats().volumes == 1);
   REQUIRE(test::wait_until([&] { return w.completed() >= 100; }));
   REQUIRE(w.finish(15s));
