@@ -38,9 +38,6 @@ constexpr uint64_t kTrafficNoteNs = 1'000'000;
 // long (the failover budget), so a path answering within 40 ms is never failed for being slow.
 // With an explicit io_deadline: twice that deadline.
 constexpr uint64_t kDeadSilenceNs = 50'000'000;
-// How often an I/O that only refusing paths could take tries them again while it waits for a
-// path to come back (handle_completion).
-constexpr uint64_t kRefusedRetryNs = 10'000'000;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -427,41 +424,23 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     clean |= usable && paths_[p]->error_streak == 0;
     returning |= !usable;
   }
-  // Found by the soak run: while every usable path refuses I/O with a retryable status and the
-  // others are down (a healthy path failed by a keep-alive timeout, reconnecting), the retries
-  // went round the refusing paths in microseconds and an I/O used up max_attempts before the
-  // healthy path was back, so the application saw the refusal. Then the I/O is no better off
-  // than one with no usable path: it waits (retrying the refusing paths now and then, in case
-  // they heal) for a path that comes back, bounded by no_path_timeout like path trouble is, and
-  // the refusals made meanwhile are not the controllers' verdict on it.
-  const bool refused = st.sct() != Sct::path && !st.dnr();
-  if (refused && !clean && returning && !stop_.load(std::memory_order_relaxed) &&
-      now - io_state(*a.io).start_ns <= sub_.no_path_timeout_ns()) {
-    lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    a.release_ns = now + kRefusedRetryNs;
-    a.exclude = -1;
-    trace(*a.io, IoTraceEvent::delayed, a.path, st.raw);
-    delayed_.push_back(&a);
-    return;
-  }
-  // Only the controller's own refusals count towards max_attempts: an I/O that has been moved
-  // by failovers (path errors, ANA) still gets its retries when it meets a retryable error.
-  if (st.sct() != Sct::path) ++a.status_failures;
-  RetryDecision d = decide_retry(st, a.status_failures, sub_.attempts_per_io(), other);
-  // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
-  if (d.action != RetryAction::complete && now - io_state(*a.io).start_ns > sub_.no_path_timeout_ns())
-    d.action = RetryAction::fail;
+  auto& sp = *sub_.paths_[static_cast<size_t>(a.path)];
+  RetryFacts facts;
+  facts.status = st;
+  facts.status_failures = a.status_failures;
+  facts.max_attempts = sub_.attempts_per_io();
+  facts.other = other;
+  facts.clean = clean;
+  facts.returning = returning;
+  facts.now_ns = now;
+  facts.start_ns = io_state(*a.io).start_ns;
+  facts.no_path_timeout_ns = sub_.no_path_timeout_ns();
+  if (const uint8_t crd = st.crd(); crd >= 1 && crd <= 3) facts.crd_ns = uint64_t{sp.crdt_100ms[crd - 1]} * 100'000'000ull;
+  const RetryDecision d = decide_retry(facts);
+  if (d.counted) ++a.status_failures;
   if (d.refresh_ana) sub_.request_ana_refresh();
   if (d.path_failed && current && lp.qp && lp.qp->state() == QpState::live)
     fail_path_here(a.path, "controller reported " + to_string(st));
-  auto& sp = *sub_.paths_[static_cast<size_t>(a.path)];
-  // A retry delay (CRD) that would end past the I/O's budget for waiting on controllers
-  // (no_path_timeout, as for every such wait) is not waited out: a controller may ask for up
-  // to 6553 s per retry. Another usable path takes the I/O now; with none, it completes with
-  // the controller's own status.
-  if (d.action == RetryAction::retry_same && d.crd &&
-      now + uint64_t{sp.crdt_100ms[d.crd - 1]} * 100'000'000ull > io_state(*a.io).start_ns + sub_.no_path_timeout_ns())
-    d.action = other == OtherPath::usable ? RetryAction::retry_other : RetryAction::complete;
   switch (d.action) {
     case RetryAction::complete:
       finish_piece(a, st);
@@ -469,15 +448,14 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     case RetryAction::fail:
       finish_piece(a, NvmeStatus::make(Sct::path, 0x70, true));
       return;
-    case RetryAction::retry_same: {
+    case RetryAction::retry_same:
+    case RetryAction::retry_later:
       lp.retries.store(lp.retries.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      const uint16_t crdt = d.crd ? sp.crdt_100ms[d.crd - 1] : 0;
-      a.release_ns = now + uint64_t{crdt} * 100'000'000ull;
+      a.release_ns = now + d.delay_ns;
       a.exclude = -1;
-      trace(*a.io, IoTraceEvent::delayed, a.path);
+      trace(*a.io, IoTraceEvent::delayed, a.path, st.raw);
       delayed_.push_back(&a);
       return;
-    }
     case RetryAction::retry_other:
     case RetryAction::wait:
       break;

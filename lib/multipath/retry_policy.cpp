@@ -37,6 +37,7 @@ const char* to_string(RetryAction a) noexcept {
     case RetryAction::retry_other: return "retry_other";
     case RetryAction::wait: return "wait";
     case RetryAction::fail: return "fail";
+    case RetryAction::retry_later: return "retry_later";
   }
   return "unknown";
 }
@@ -82,6 +83,45 @@ RetryDecision decide_retry(NvmeStatus status, uint32_t attempts, uint32_t max_at
   }
   d.action = RetryAction::retry_same;
   d.crd = status.crd();
+  return d;
+}
+
+RetryDecision decide_retry(const RetryFacts& f) noexcept {
+  if (f.status.is_success()) return {};
+  const uint64_t deadline = f.start_ns + f.no_path_timeout_ns;
+  const bool refused = f.status.sct() != Sct::path && !f.status.dnr();
+  // Found by the soak run: while every usable path refuses I/O with a retryable status and the
+  // others are down (a healthy path failed by a keep-alive timeout, reconnecting), the retries
+  // went round the refusing paths in microseconds and an I/O used up max_attempts before the
+  // healthy path was back, so the application saw the refusal. Then the I/O is no better off
+  // than one with no usable path: it waits (retrying the refusing paths now and then, in case
+  // they heal) for a path that comes back, bounded by no_path_timeout like path trouble is, and
+  // the refusals made meanwhile are not the controllers' verdict on it.
+  if (refused && !f.clean && f.returning && f.now_ns <= deadline) {
+    RetryDecision d;
+    d.action = RetryAction::retry_later;
+    d.delay_ns = kRefusedRetryNs;
+    return d;
+  }
+  // Only the controllers' own refusals count towards max_attempts: an I/O moved by failovers
+  // (path errors, ANA) still gets its retries when it meets a retryable error.
+  const bool counted = f.status.sct() != Sct::path;
+  RetryDecision d = decide_retry(f.status, f.status_failures + (counted ? 1 : 0), f.max_attempts, f.other);
+  d.counted = counted;
+  // Path trouble is bounded by time (no_path_timeout), not by attempts: paths come back.
+  if (d.action != RetryAction::complete && f.now_ns > deadline) {
+    d.action = RetryAction::fail;
+    return d;
+  }
+  // A retry delay (CRD) that would end past that budget is not waited out: a controller may ask
+  // for up to 6553 s per retry. Another usable path takes the I/O now; with none, it completes
+  // with the controller's own status.
+  if (d.action == RetryAction::retry_same) {
+    if (d.crd && f.now_ns + f.crd_ns > deadline)
+      d.action = f.other == OtherPath::usable ? RetryAction::retry_other : RetryAction::complete;
+    else
+      d.delay_ns = d.crd ? f.crd_ns : 0;
+  }
   return d;
 }
 

@@ -1,5 +1,5 @@
-// The one decision taken after every completion on a volume (ARCHITECTURE.md, "Failover"): a pure
-// function of the completion status, the attempt count and whether another path is usable.
+// The one decision taken after every failed completion (ARCHITECTURE.md, "Failover"): a pure
+// function of every fact it needs (RetryFacts), and the one the lanes run.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,9 @@ enum class RetryAction : uint8_t {
   retry_other,  ///< resubmit on another usable path (writes only once the old path is fenced)
   wait,         ///< no other usable path: queue until one is, up to no_path_timeout
   fail,         ///< give up with a path error (the caller's no_path_timeout ran out)
+  /// Refused (a retryable controller status) by every usable path while another may come
+  /// back: retry on any path after delay_ns, without counting the refusal.
+  retry_later,
 };
 const char* to_string(RetryAction a) noexcept;
 
@@ -24,11 +27,39 @@ struct RetryDecision {
   bool path_failed = false;   ///< the transport failed: the path takes no new I/O
   bool refresh_ana = false;   ///< a path-related status: read the ANA log again
   uint8_t crd = 0;            ///< retry delay index for retry_same
+  uint64_t delay_ns = 0;      ///< how long retry_same (its CRD) or retry_later waits
+  bool counted = false;       ///< the status counts as one of the controllers' refusals
 };
 
-/// `attempts` counts the submissions already made for this I/O (1 after the first). Attempts
-/// bound retries of command errors; path errors are bounded by the caller's no_path_timeout,
-/// since a path may come back.
+/// Everything the decision needs, gathered by the lane at the completion.
+struct RetryFacts {
+  NvmeStatus status;
+  uint32_t status_failures = 0;  ///< the I/O's controller refusals before this completion
+  uint32_t max_attempts = 16;    ///< bound on those refusals
+  OtherPath other = OtherPath::none;  ///< a usable path other than the one that answered
+  bool clean = false;        ///< a usable path whose last completion was not an error
+  bool returning = false;    ///< a path not usable now that may come back
+  uint64_t now_ns = 0;
+  uint64_t start_ns = 0;     ///< when the volume accepted the I/O
+  uint64_t no_path_timeout_ns = 0;  ///< the I/O's budget for waiting on paths and controllers
+  uint64_t crd_ns = 0;       ///< the delay the status's CRD asks for (CRDT), 0 for none
+};
+
+/// How long a refused I/O waits before it tries again (RetryAction::retry_later).
+inline constexpr uint64_t kRefusedRetryNs = 10'000'000;
+
+/// The decision after a failed completion:
+///  * a path status moves the I/O (another path, or wait for one) and may fail the path;
+///  * a retryable controller status is retried where it happened (after its CRD), then
+///    elsewhere, bounded by max_attempts refusals; one refused by every usable path while
+///    another may come back waits for it instead (retry_later) and is not counted;
+///  * nothing waits past the no-path deadline (start + no_path_timeout): the I/O fails with a
+///    path error, and a CRD ending past it is not waited out (another path now, else the
+///    controller's own status).
+RetryDecision decide_retry(const RetryFacts& f) noexcept;
+
+/// The status table alone (decide_retry(facts) with no deadline, CRD or refusal in play):
+/// `attempts` counts the refusals so far, this one included.
 RetryDecision decide_retry(NvmeStatus status, uint32_t attempts, uint32_t max_attempts,
                            OtherPath other) noexcept;
 

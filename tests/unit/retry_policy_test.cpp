@@ -122,3 +122,62 @@ TEST_CASE("a command lost while later ones completed fails the path", "[retry][d
   CHECK(judge_deadline(facts(1020, 1000, 1010, 1005, OtherPath::none)) == DeadlineVerdict::fail_lost);
   CHECK(std::string(to_string(DeadlineVerdict::fail_silent)) == "fail (silent)");
 }
+
+// The decision the lanes run: the facts beyond the status (the no-path deadline, the CRD budget,
+// refusing and returning paths) are part of it, not overrides after it.
+namespace {
+RetryFacts facts_of(NvmeStatus s) {
+  RetryFacts f;
+  f.status = s;
+  f.max_attempts = 16;
+  f.other = OtherPath::usable;
+  f.clean = true;
+  f.now_ns = 1'000'000'000;
+  f.start_ns = f.now_ns - 1'000'000;
+  f.no_path_timeout_ns = 30'000'000'000ull;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("past the no-path deadline an I/O fails with a path error instead of moving again", "[retry]") {
+  RetryFacts f = facts_of(status::kHostPathError);
+  CHECK(decide_retry(f).action == RetryAction::retry_other);
+  f.start_ns = f.now_ns - f.no_path_timeout_ns - 1;
+  CHECK(decide_retry(f).action == RetryAction::fail);
+  f.status = status::kLbaOutOfRange;  // a final status is the application's, deadline or not
+  CHECK(decide_retry(f).action == RetryAction::complete);
+}
+
+TEST_CASE("a CRD ending past the no-path deadline is not waited out", "[retry]") {
+  NvmeStatus s = NvmeStatus::from_cqe_field(static_cast<uint16_t>((1u << 12) | (0x06u << 1)));  // CRD 1
+  RetryFacts f = facts_of(s);
+  f.crd_ns = 500'000'000;
+  RetryDecision d = decide_retry(f);
+  CHECK(d.action == RetryAction::retry_same);
+  CHECK(d.delay_ns == 500'000'000);
+  CHECK(d.counted);
+  f.crd_ns = f.no_path_timeout_ns;  // past the budget: another path now
+  CHECK(decide_retry(f).action == RetryAction::retry_other);
+  f.other = OtherPath::none;  // none: the controller's own status
+  f.clean = false;
+  CHECK(decide_retry(f).action == RetryAction::complete);
+}
+
+TEST_CASE("refused by every usable path while another may come back: wait for it, uncounted", "[retry]") {
+  RetryFacts f = facts_of(status::kInternalError);
+  f.clean = false;
+  f.returning = true;
+  f.status_failures = 15;  // one more refusal would have used up max_attempts
+  RetryDecision d = decide_retry(f);
+  CHECK(d.action == RetryAction::retry_later);
+  CHECK(d.delay_ns == kRefusedRetryNs);
+  CHECK_FALSE(d.counted);
+  f.returning = false;  // nothing to wait for: the refusals count, and the last one completes
+  d = decide_retry(f);
+  CHECK(d.action == RetryAction::complete);
+  CHECK(d.counted);
+  f.returning = true;  // nor past the deadline
+  f.start_ns = f.now_ns - f.no_path_timeout_ns - 1;
+  f.status_failures = 0;
+  CHECK(decide_retry(f).action == RetryAction::fail);
+}
