@@ -162,7 +162,7 @@ void FailoverMachine::fence(int path, FenceRule rule) {
 void FailoverMachine::connect(int path) {
   auto& p = paths_[idx(path)];
   p.connecting = true;
-  env_.start_connect(path);
+  env_.start_connect(path, p.generation + 1);
 }
 
 void FailoverMachine::on_connect_done(int path, bool ok, const PathFacts& facts) {

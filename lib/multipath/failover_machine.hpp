@@ -63,8 +63,9 @@ class FailoverEnv {
   virtual void start_ccr(int failed, int via, uint32_t generation) = 0;
   /// Commands of `generation` on `path` can no longer execute anywhere: writes may move.
   virtual void publish_fenced(int path, uint32_t generation, FenceRule rule) = 0;
-  /// Connects the path again; the result comes back as on_connect_done(path, ok).
-  virtual void start_connect(int path) = 0;
+  /// Connects the path again, its queue pairs tagged `generation` (the machine's next: it owns
+  /// the count); the result comes back as on_connect_done(path, ok).
+  virtual void start_connect(int path, uint32_t generation) = 0;
   /// The path is live again with a new generation.
   virtual void publish_live(int path, uint32_t generation) = 0;
 

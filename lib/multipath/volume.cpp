@@ -589,15 +589,14 @@ void SubsystemPaths::publish_fenced(int path, uint32_t generation, FenceRule rul
   }
 }
 
-void SubsystemPaths::start_connect(int path) {
+void SubsystemPaths::start_connect(int path, uint32_t generation) {
   if (stopping_.load()) return;
-  post_blocking([this, path] { try_connect(path); });
+  post_blocking([this, path, generation] { try_connect(path, generation); });
 }
 
-void SubsystemPaths::try_connect(int path) {
+void SubsystemPaths::try_connect(int path, uint32_t next_gen) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   if (stopping_.load()) return;
-  const uint32_t next_gen = sp.generation.load() + 1;
   if (g_reconnect_for_test) [[unlikely]]
     g_reconnect_for_test(path, false, {});
   auto r = connect_path(sp, kReconnectTimeout);

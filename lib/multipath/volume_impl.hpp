@@ -466,11 +466,11 @@ class SubsystemPaths : public FailoverEnv {
   void fence_endpoint(int path) override;
   void start_ccr(int failed, int via, uint32_t generation) override;
   void publish_fenced(int path, uint32_t generation, FenceRule rule) override;
-  void start_connect(int path) override;
+  void start_connect(int path, uint32_t generation) override;
   void publish_live(int path, uint32_t generation) override;
 
   void keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t);
-  void try_connect(int path);  // on the connect pool
+  void try_connect(int path, uint32_t generation);  // on the connect pool
   /// Connects path sp's controller and finds every bound volume's namespace behind it.
   Result<void> connect_path(SharedPath& sp, std::chrono::milliseconds timeout);
   /// Finds `ns` behind sp's controller `ctrl` (by NSID `first` when nonzero, else by `ns`'s
