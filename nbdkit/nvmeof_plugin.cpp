@@ -47,6 +47,7 @@ struct Config {
   uint32_t nsid = 1;
   uint32_t queue_depth = 256;
   uint32_t reactors = 1;
+  uint32_t poll = NVMEOF_POLL_ADAPTIVE;
   uint32_t selector = NVMEOF_SELECTOR_SERVICE_TIME;
   uint32_t no_path_timeout_ms = 30000;
   uint32_t kato_ms = NVMEOF_KATO_SHORTEST;
@@ -242,6 +243,11 @@ int nvmeof_config(const char* key, const char* value) {
     return parse_u32(key, value, &g_cfg.queue_depth, 1, 65536);
   } else if (k == "reactors") {
     return parse_u32(key, value, &g_cfg.reactors, 1, 256);
+  } else if (k == "poll") {
+    if (std::strcmp(value, "adaptive") == 0) g_cfg.poll = NVMEOF_POLL_ADAPTIVE;
+    else if (std::strcmp(value, "busy") == 0) g_cfg.poll = NVMEOF_POLL_BUSY;
+    else if (std::strcmp(value, "sleep") == 0) g_cfg.poll = NVMEOF_POLL_SLEEP;
+    else return nbdkit_error("poll=%s: expected adaptive, busy or sleep", value), -1;
   } else if (k == "selector") {
     if (std::strcmp(value, "service-time") == 0) g_cfg.selector = NVMEOF_SELECTOR_SERVICE_TIME;
     else if (std::strcmp(value, "round-robin") == 0) g_cfg.selector = NVMEOF_SELECTOR_ROUND_ROBIN;
@@ -283,9 +289,19 @@ int nvmeof_config_complete() {
   return 0;
 }
 
-// Opens the volume as configured; 0, or -1 with nbdkit's error set.
+// Opens the volume as configured, on an engine of its own (its reactors and poll mode are the
+// plugin's parameters); 0, or -1 with nbdkit's error set.
 int open_volume() {
   nvmeof_set_log_callback(on_library_log, nullptr);
+  nvmeof_host_options ho;
+  nvmeof_host_options_init(&ho);
+  ho.reactors = g_cfg.reactors;
+  ho.poll = g_cfg.poll;
+  nvmeof_host* host = nullptr;
+  if (const int rc = nvmeof_host_create(&ho, &host); rc != 0) {
+    nbdkit_error("cannot start the nvmeof engine: %s", nvmeof_strerror(rc));
+    return -1;
+  }
   nvmeof_volume_options o;
   nvmeof_volume_options_init(&o);
   o.subnqn = g_cfg.nqn.c_str();
@@ -308,7 +324,7 @@ int open_volume() {
   int rc;
   std::string where;
   if (!g_cfg.discovery.empty()) {
-    rc = nvmeof_volume_open_discovered(g_cfg.discovery.c_str(), &o, &g_vol);
+    rc = nvmeof_volume_open_discovered_on(host, g_cfg.discovery.c_str(), &o, &g_vol);
     where = "discovery=" + g_cfg.discovery;
   } else {
     std::vector<const char*> paths;
@@ -316,8 +332,10 @@ int open_volume() {
       paths.push_back(p.c_str());
       where += (where.empty() ? "path=" : " path=") + p;
     }
-    rc = nvmeof_volume_open(paths.data(), paths.size(), &o, &g_vol);
+    rc = nvmeof_volume_open_on(host, paths.data(), paths.size(), &o, &g_vol);
   }
+  // The volume holds the engine from here on; it stops when the volume closes.
+  nvmeof_host_close(host);
   if (rc != 0) {
     g_vol = nullptr;
     std::string why = take_last_warning();
@@ -450,6 +468,8 @@ constexpr const char* kConfigHelp =
     "tls=auto|on|off           TLS when keyed (auto, the default), always, or never.\n"
     "queue-depth=N             I/O slots of the volume (default 256).\n"
     "reactors=N                Reactor threads carrying the I/O (default 1).\n"
+    "poll=MODE                 How they wait: adaptive (spin briefly, then sleep; default),\n"
+    "                          busy (a whole CPU each) or sleep.\n"
     "selector=NAME             service-time (default), round-robin, queue-depth or numa.\n"
     "no-path-timeout-ms=MS     How long I/O waits for a usable path (default 30000).\n"
     "kato-ms=MS                Keep-alive timeout (default: the controller's shortest; 0: none).\n"
