@@ -297,6 +297,9 @@ int open_volume() {
   nvmeof_host_options_init(&ho);
   ho.reactors = g_cfg.reactors;
   ho.poll = g_cfg.poll;
+  // Passthrough paths share the reactors' rings, which then need 128-byte entries.
+  for (const auto& p : g_cfg.paths)
+    if (p.rfind("passthrough:", 0) == 0) ho.sqe_size = NVMEOF_SQE_128;
   nvmeof_host* host = nullptr;
   if (const int rc = nvmeof_host_create(&ho, &host); rc != 0) {
     nbdkit_error("cannot start the nvmeof engine: %s", nvmeof_strerror(rc));
