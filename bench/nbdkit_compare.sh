@@ -11,6 +11,7 @@
 # A benchmark, not a test: nothing is asserted but that no I/O failed.
 #   bench/nbdkit_compare.sh [build-dir] [rounds]      (defaults: build 5)
 #   RUNTIME=5 QD128=8 SIZE=1G bench/nbdkit_compare.sh
+#   PLUGIN_ARGS="poll=sleep reactors=2" bench/nbdkit_compare.sh   (more plugin parameters)
 set -euo pipefail
 build=${1:-build}
 rounds=${2:-5}
@@ -39,7 +40,7 @@ import json, sys
 for p in json.load(open(sys.argv[1]))["ports"]: print(p["address"])' "$out/target.json")
 
 nbdkit --foreground --threads 64 --unix "$out/nbd.sock" --pidfile "$out/nbdkit.pid" \
-  "$build/nbdkit/nbdkit-nvmeof-plugin.so" "${paths[@]/#/path=}" nqn="$nqn" \
+  "$build/nbdkit/nbdkit-nvmeof-plugin.so" "${paths[@]/#/path=}" nqn="$nqn" ${PLUGIN_ARGS:-} \
   </dev/null >"$out/nbdkit.log" 2>&1 &
 nbdkit_pid=$!
 for _ in $(seq 1 200); do [ -s "$out/nbdkit.pid" ] && break; sleep 0.05; done
