@@ -1,7 +1,17 @@
+import os
+
 import pytest
 
 import nvmeof
 from nvmeof import _testing
+
+# The pip install test (tests/pip) runs this suite against an installed package: make sure the
+# package under test is that one, not a build tree on the path.
+_expect = os.environ.get("NVMEOF_EXPECT_PACKAGE_UNDER")
+if _expect:
+    for _m in (nvmeof, nvmeof._core, _testing):
+        if not os.path.realpath(_m.__file__).startswith(os.path.realpath(_expect) + os.sep):
+            raise ImportError(f"{_m.__name__} imported from {_m.__file__}, not from {_expect}")
 
 
 @pytest.fixture(scope="session")
