@@ -127,6 +127,10 @@ struct LatencyPercentiles {
   double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0, mean_us = 0;
 };
 
+/// One path of a volume. The path is a controller shared by every volume of the subsystem opened
+/// with the same paths and settings: its counters (I/O, bytes, errors, retries, hedges, latency,
+/// outstanding, failovers, keep-alives) count every such volume's commands; `ana_state` and
+/// `ana_group` are the volume's namespace's.
 struct PathStats {
   int index = 0;
   std::string address;
