@@ -151,6 +151,7 @@ struct PathStats {
   uint64_t failovers = 0;    ///< times this path failed
   /// Keep Alive commands its controller has sent (none while I/O completes on a controller with
   /// traffic-based keep-alive).
+  uint16_t cntlid = 0;  ///< the controller's ID (its current association), 0 before the first
   uint64_t keep_alives = 0;
   uint64_t reconnects = 0;
   /// (Re)connect attempts that failed (retried with backoff), and why the last one did, e.g.

@@ -33,10 +33,15 @@ bool is_ana_change_notice(uint32_t dw0) noexcept {
   return type == 0x2 && info == 0x03;  // notice, asymmetric namespace access change
 }
 
+uint32_t next_subsystem_serial() noexcept {
+  static std::atomic<uint32_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 SubsystemPaths::SubsystemPaths(std::shared_ptr<Host> host, const VolumeOptions& opts)
-    : host_(std::move(host)), opts_(opts) {
+    : host_(std::move(host)), opts_(opts), serial_(next_subsystem_serial()) {
   engine_of(*host_).subsystems_open.fetch_add(1, std::memory_order_relaxed);
   int i = 0;
   for (const auto& a : opts.paths) {

@@ -438,6 +438,7 @@ class SubsystemPaths : public FailoverEnv {
   bool opened_ = false;             // open_mu_
   std::error_code open_error_;      // open_mu_
   std::atomic<bool> ready_{false};
+  const uint32_t serial_;  // this process's subsystem number (nvmeof-paths groups volumes by it)
   // Written once by open() before any lane starts or any submit is accepted; read-only after.
   Topology topology_;
   Placement placement_;

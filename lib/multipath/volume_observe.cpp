@@ -76,6 +76,7 @@ Result<void> VolumeImpl::start_observers() {
       Json j{{"ok", true},
              {"pid", ::getpid()},
              {"volume", serial_},
+             {"subsystem", sub_->serial_},
              {"nqn", opts_.connect.subnqn},
              {"uptime_s", static_cast<double>(Reactor::clock_ns() - open_ns_) / 1e9},
              {"metrics_port", metrics_port()},

@@ -86,6 +86,7 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     ps.state = sp.state.load();
     ps.ana_state = ns.on[p].ana.load();
     ps.ana_group = ns.on[p].anagrpid.load();
+    if (auto ctrl = sp.endpoint()) ps.cntlid = ctrl->info().cntlid;
     ps.failovers = sp.failovers.load();
     ps.keep_alives = sp.keep_alives.load(std::memory_order_relaxed);
     ps.reconnects = sp.reconnects.load();
@@ -160,7 +161,7 @@ std::string to_json(const VolumeStats& s) {
   j["paths"] = json::array();
   for (const auto& p : s.paths) {
     j["paths"].push_back({{"index", p.index}, {"address", p.address}, {"state", to_string(p.state)},
-                          {"ana_state", to_string(p.ana_state)}, {"ana_group", p.ana_group},
+                          {"ana_state", to_string(p.ana_state)}, {"ana_group", p.ana_group}, {"cntlid", p.cntlid},
                           {"outstanding", p.outstanding}, {"ios", p.ios}, {"bytes", p.bytes},
                           {"iops", p.iops},
                           {"latency_us", {{"p50", p.latency.p50_us}, {"p99", p.latency.p99_us},

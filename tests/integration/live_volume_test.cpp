@@ -112,9 +112,14 @@ TEST_CASE("nvmeof-paths reads a live volume's paths and counters", "[live-volume
   REQUIRE(test::wait_until([&] { return r.vol->stats().paths[1].ana_state == AnaState::inaccessible; }));
   res = test::run_command(r.paths_tool(""));
   REQUIRE(res.exit_code == 0);
-  CHECK(res.output.find("nvmeof-" + std::to_string(::getpid()) + "-0 - NQN=" + TargetSubsystem{}.nqn) != std::string::npos);
+  // The subsystem once, its controllers (paths) once, then the volume with its own ANA state.
+  const std::string pid = std::to_string(::getpid());
+  CHECK(res.output.find(" - NQN=" + TargetSubsystem{}.nqn) != std::string::npos);
+  CHECK(res.output.find("nvmeof-" + pid + "-s") != std::string::npos);
   CHECK(res.output.find(" +- path1 tcp traddr=127.0.0.1,trsvcid=" + std::to_string(r.target->port_number(1)) +
-                        " live inaccessible") != std::string::npos);
+                        " live cntlid ") != std::string::npos);
+  CHECK(res.output.find("nvmeof-" + pid + "-0 nsid 1 ") != std::string::npos);
+  CHECK(res.output.find("ana path0 optimized, path1 inaccessible") != std::string::npos);
   r.target->set_ana_state(1, AnaState::optimized);
 
   // --watch draws the table (output not a terminal: one screen per interval).

@@ -79,7 +79,9 @@ std::vector<paths::LiveVolume> fixed_live() {
   std::vector<paths::LiveVolume> out;
   for (const auto& r : replies) {
     paths::LiveVolume v;
-    REQUIRE(paths::parse_live_volume(r, "/run/nvmeof/nvmeof-" + std::to_string(r["pid"].get<int>()) + "-0.sock", v));
+    REQUIRE(paths::parse_live_volume(
+        r, "/run/nvmeof/nvmeof-" + std::to_string(r["pid"].get<int>()) + "-" + std::to_string(r["volume"].get<int>()) + ".sock",
+        v));
     out.push_back(v);
   }
   return out;
@@ -94,7 +96,7 @@ TEST_CASE("nvmeof-paths text matches the golden file", "[paths][golden]") {
 TEST_CASE("nvmeof-paths JSON matches the golden file and uses nvme-cli's keys", "[paths][golden]") {
   const auto j = paths::render_json(fixed_kernel(), fixed_live());
   check_golden(j.dump(2) + "\n", "live_expected.json");
-  REQUIRE(j["Subsystems"].size() == 2);
+  REQUIRE(j["Subsystems"].size() == 3);
   for (const auto& s : j["Subsystems"]) {
     for (const char* k : {"Name", "NQN", "IOPolicy", "Paths"}) CHECK(s.contains(k));
     for (const auto& p : s["Paths"])
@@ -103,6 +105,13 @@ TEST_CASE("nvmeof-paths JSON matches the golden file and uses nvme-cli's keys", 
   const auto& live = j["Subsystems"][1]["Paths"][0];
   CHECK(live["mib_per_s"].get<double>() == Approx(78.125));  // 819200000 B over 10 s
   CHECK(live["latency_p99_us"].get<double>() == Approx(850.25));
+  // Two volumes of one subsystem share its two controllers: each controller is listed once,
+  // with both volumes on it.
+  REQUIRE(j["Controllers"].size() == 2);
+  for (const auto& c : j["Controllers"]) {
+    CHECK(c["volumes"].size() == 2);
+    CHECK(c["cntlid"].get<unsigned>() != 0);
+  }
 }
 
 TEST_CASE("nvmeof-paths --watch table matches the golden file", "[paths][golden]") {

@@ -46,9 +46,37 @@ T get_or(const nlohmann::json& j, const char* key, T dflt) {
   }
 }
 
+// Volumes sharing controllers: same process and subsystem number (a volume from a process that
+// gives none is a group of its own).
+bool same_subsystem(const LiveVolume& a, const LiveVolume& b) {
+  if (a.subsystem < 0 || b.subsystem < 0) return a.socket == b.socket;
+  return a.pid == b.pid && a.subsystem == b.subsystem;
+}
+
+// The live volumes grouped by the controllers they share, in order of first appearance.
+std::vector<std::vector<const LiveVolume*>> by_subsystem(const std::vector<LiveVolume>& vols) {
+  std::vector<std::vector<const LiveVolume*>> groups;
+  for (const auto& v : vols) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return same_subsystem(*g.front(), v); });
+    if (it == groups.end()) groups.push_back({&v});
+    else it->push_back(&v);
+  }
+  return groups;
+}
+
+std::string group_name(const LiveVolume& v) {
+  return v.subsystem < 0 ? v.name() : "nvmeof-" + std::to_string(v.pid) + "-s" + std::to_string(v.subsystem);
+}
+
+double group_uptime(const std::vector<const LiveVolume*>& g) {
+  double t = 0;
+  for (const auto* v : g) t = std::max(t, v->uptime_s);
+  return t;
+}
+
 const LivePath* find_path(const std::vector<LiveVolume>& vols, const LiveVolume& v, int index) {
   for (const auto& o : vols)
-    if (o.socket == v.socket)
+    if (same_subsystem(o, v))
       for (const auto& p : o.paths)
         if (p.index == index) return &p;
   return nullptr;
@@ -63,6 +91,8 @@ bool parse_live_volume(const nlohmann::json& r, const std::string& socket, LiveV
   v.pid = get_or(r, "pid", 0);
   v.volume = get_or(r, "volume", 0u);
   v.nqn = get_or(r, "nqn", std::string());
+  v.subsystem = get_or(r, "subsystem", int64_t{-1});
+  if (s.contains("namespace")) v.nsid = get_or(s["namespace"], "nsid", 0u);
   v.uptime_s = get_or(r, "uptime_s", 0.0);
   v.selector = get_or(s, "selector", std::string());
   v.completed = get_or(s, "completed", uint64_t{0});
@@ -88,6 +118,7 @@ bool parse_live_volume(const nlohmann::json& r, const std::string& socket, LiveV
     p.state = get_or(pj, "state", std::string("unknown"));
     p.ana_state = get_or(pj, "ana_state", std::string("unknown"));
     p.ana_group = get_or(pj, "ana_group", 0u);
+    p.cntlid = get_or(pj, "cntlid", 0u);
     p.outstanding = get_or(pj, "outstanding", 0u);
     p.ios = get_or(pj, "ios", uint64_t{0});
     p.bytes = get_or(pj, "bytes", uint64_t{0});
@@ -207,26 +238,36 @@ std::string kernel_text(const KernelTopology& topo) {
 
 std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolume>& live) {
   std::string out = kernel_text(kernel);
-  for (const auto& v : live) {
-    const std::string name = v.name();
-    out += fmt("%s - NQN=%s\n", name.c_str(), v.nqn.c_str());
+  for (const auto& g : by_subsystem(live)) {
+    const LiveVolume& first = *g.front();
+    const std::string name = group_name(first);
+    const double uptime = group_uptime(g);
+    out += fmt("%s - NQN=%s\n", name.c_str(), first.nqn.c_str());
     out += std::string(name.size() + 3, ' ') +
-           fmt("pid=%d volume=%u iopolicy=%s\n", v.pid, v.volume, v.selector.c_str());
-    out += std::string(name.size() + 3, ' ') + "socket=" + v.socket + "\n";
+           fmt("pid=%d controllers=%zu volumes=%zu\n", first.pid, first.paths.size(), g.size());
     out += "\\\n";
-    for (const auto& p : v.paths) {
-      const double rate = v.uptime_s > 0 ? mib(p.bytes) / v.uptime_s : 0;
-      out += fmt(" +- path%d %s %s %s %s ios %llu MiB/s %.1f lat p50 %.1f us p99 %.1f us errors %llu retries %llu "
+    for (const auto& p : first.paths) {
+      const double rate = uptime > 0 ? mib(p.bytes) / uptime : 0;
+      out += fmt(" +- path%d %s %s %s cntlid %u ios %llu MiB/s %.1f lat p50 %.1f us p99 %.1f us errors %llu retries %llu "
                  "failovers %llu reconnects %llu numa %d\n",
-                 p.index, p.transport.c_str(), address_of(p).c_str(), p.state.c_str(), p.ana_state.c_str(),
+                 p.index, p.transport.c_str(), address_of(p).c_str(), p.state.c_str(), p.cntlid,
                  static_cast<unsigned long long>(p.ios), rate, p.p50_us, p.p99_us,
                  static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
                  p.numa_node);
     }
-    if (!v.last_failover.empty())
-      out += fmt("    failovers %llu, last: %s\n", static_cast<unsigned long long>(v.failover_events),
-                 v.last_failover.c_str());
+    for (const auto* v : g) {
+      std::string ana;
+      for (const auto& p : v->paths)
+        ana += (ana.empty() ? "" : ", ") + ("path" + std::to_string(p.index)) + " " + p.ana_state;
+      out += fmt("    %s nsid %u iopolicy=%s completed %llu failed %llu ana %s\n", v->name().c_str(), v->nsid,
+                 v->selector.c_str(), static_cast<unsigned long long>(v->completed),
+                 static_cast<unsigned long long>(v->failed), ana.c_str());
+      out += "      socket=" + v->socket + "\n";
+    }
+    if (!first.last_failover.empty())
+      out += fmt("    failovers %llu, last: %s\n", static_cast<unsigned long long>(first.failover_events),
+                 first.last_failover.c_str());
   }
   return out;
 }
@@ -254,6 +295,7 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                            {"State", p.state},
                            {"ANAState", p.ana_state},
                            {"ana_group", p.ana_group},
+                           {"cntlid", p.cntlid},
                            {"ios", p.ios},
                            {"reads", p.reads},
                            {"writes", p.writes},
@@ -273,6 +315,8 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                         {"source", "volume"},
                         {"pid", v.pid},
                         {"volume", v.volume},
+                        {"subsystem", v.subsystem},
+                        {"nsid", v.nsid},
                         {"socket", v.socket},
                         {"completed", v.completed},
                         {"failed", v.failed},
@@ -280,24 +324,47 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                         {"failover_events", v.failover_events},
                         {"Paths", std::move(paths)}});
   }
-  return Json{{"Subsystems", std::move(subs)}, {"subsystems", kernel_json(kernel)}};
+  // Each of our controllers once, with the volumes (namespaces) it serves.
+  Json ctrls = Json::array();
+  for (const auto& g : by_subsystem(live)) {
+    const LiveVolume& first = *g.front();
+    Json names = Json::array();
+    for (const auto* v : g) names.push_back(v->name());
+    for (const auto& p : first.paths)
+      ctrls.push_back(Json{{"Name", group_name(first) + "-path" + std::to_string(p.index)},
+                           {"NQN", first.nqn},
+                           {"pid", first.pid},
+                           {"subsystem", first.subsystem},
+                           {"Transport", p.transport},
+                           {"Address", address_of(p)},
+                           {"State", p.state},
+                           {"cntlid", p.cntlid},
+                           {"volumes", names},
+                           {"ios", p.ios},
+                           {"errors", p.errors},
+                           {"failovers", p.failovers},
+                           {"reconnects", p.reconnects}});
+  }
+  return Json{{"Subsystems", std::move(subs)}, {"Controllers", std::move(ctrls)}, {"subsystems", kernel_json(kernel)}};
 }
 
 std::string render_top(const std::vector<LiveVolume>& now, const std::vector<LiveVolume>& before, double interval_s) {
+  const auto groups = by_subsystem(now);
   std::string out = "Path health\n";
-  out += fmt("%-18s %-6s %-28s %-10s %-15s %8s %8s %8s %8s %5s\n", "Volume", "Path", "Address", "State", "ANA",
-             "Errors", "Retries", "Failover", "Reconn", "NUMA");
-  for (const auto& v : now)
-    for (const auto& p : v.paths)
-      out += fmt("%-18s %-6s %-28s %-10s %-15s %8llu %8llu %8llu %8llu %5d\n", v.name().c_str(),
-                 ("path" + std::to_string(p.index)).c_str(), address_of(p).c_str(), p.state.c_str(),
-                 p.ana_state.c_str(), static_cast<unsigned long long>(p.errors),
-                 static_cast<unsigned long long>(p.retries), static_cast<unsigned long long>(p.failovers),
-                 static_cast<unsigned long long>(p.reconnects), p.numa_node);
+  out += fmt("%-18s %-6s %-28s %-10s %6s %7s %8s %8s %8s %8s %5s\n", "Subsystem", "Path", "Address", "State", "Cntlid",
+             "Volumes", "Errors", "Retries", "Failover", "Reconn", "NUMA");
+  for (const auto& g : groups)
+    for (const auto& p : g.front()->paths)
+      out += fmt("%-18s %-6s %-28s %-10s %6u %7zu %8llu %8llu %8llu %8llu %5d\n", group_name(*g.front()).c_str(),
+                 ("path" + std::to_string(p.index)).c_str(), address_of(p).c_str(), p.state.c_str(), p.cntlid,
+                 g.size(), static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
+                 static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
+                 p.numa_node);
   out += "\nPath performance\n";
-  out += fmt("%-18s %-6s %10s %10s %10s %10s %10s %9s\n", "Volume", "Path", "Read/s", "Write/s", "MiB/s",
+  out += fmt("%-18s %-6s %10s %10s %10s %10s %10s %9s\n", "Subsystem", "Path", "Read/s", "Write/s", "MiB/s",
              "p50 us", "p99 us", "In-flight");
-  for (const auto& v : now) {
+  for (const auto& g : groups) {
+    const LiveVolume& v = *g.front();
     for (const auto& p : v.paths) {
       const LivePath* b = find_path(before, v, p.index);
       double rs, ws, ms;
@@ -306,15 +373,16 @@ std::string render_top(const std::vector<LiveVolume>& now, const std::vector<Liv
         ws = static_cast<double>(p.writes - std::min(p.writes, b->writes)) / interval_s;
         ms = mib(p.bytes - std::min(p.bytes, b->bytes)) / interval_s;
       } else {
-        const double t = v.uptime_s > 0 ? v.uptime_s : 1;
+        const double up = group_uptime(g);
+        const double t = up > 0 ? up : 1;
         rs = static_cast<double>(p.reads) / t;
         ws = static_cast<double>(p.writes) / t;
         ms = mib(p.bytes) / t;
       }
-      out += fmt("%-18s %-6s %10.0f %10.0f %10.1f %10.1f %10.1f %9u\n", v.name().c_str(),
+      out += fmt("%-18s %-6s %10.0f %10.0f %10.1f %10.1f %10.1f %9u\n", group_name(v).c_str(),
                  ("path" + std::to_string(p.index)).c_str(), rs, ws, ms, p.p50_us, p.p99_us, p.outstanding);
     }
-    if (!v.last_failover.empty()) out += fmt("  %s last failover: %s\n", v.name().c_str(), v.last_failover.c_str());
+    if (!v.last_failover.empty()) out += fmt("  %s last failover: %s\n", group_name(v).c_str(), v.last_failover.c_str());
   }
   if (now.empty()) out += "(no live volumes)\n";
   return out;

@@ -19,6 +19,7 @@ struct LivePath {
   std::string transport, traddr, trsvcid, address;
   std::string state, ana_state;
   uint32_t ana_group = 0;
+  uint32_t cntlid = 0;
   uint32_t outstanding = 0;
   uint64_t ios = 0, bytes = 0, reads = 0, writes = 0;
   double p50_us = 0, p99_us = 0;
@@ -26,9 +27,14 @@ struct LivePath {
   int numa_node = -1;
 };
 
+/// One volume (namespace). Volumes of one subsystem opened with the same paths and settings
+/// share its controllers: the same `subsystem` number in the same process, the same path
+/// counters (the controllers' own); -1 from a process that does not say.
 struct LiveVolume {
   int pid = 0;
   uint32_t volume = 0;
+  int64_t subsystem = -1;
+  uint32_t nsid = 0;
   std::string socket;
   std::string nqn;
   std::string selector;
@@ -50,20 +56,23 @@ bool parse_live_volume(const nlohmann::json& reply, const std::string& socket, L
 /// for those that answered badly.
 std::vector<LiveVolume> read_live_volumes(const std::string& dir, int pid, std::vector<std::string>& errors);
 
-/// Text in the shape of `nvme list-subsys`: the kernel's subsystems (as before), then one
-/// subsystem line per live volume and ` +- ` per path (transport, address, state, ANA state, then
-/// our counters). MiB/s is the average since the volume opened.
+/// Text in the shape of `nvme list-subsys`: the kernel's subsystems (as before), then each
+/// subsystem our processes have open: one line, ` +- ` per controller (transport, address,
+/// state, controller ID, then its counters, every volume's I/O on it), and the volumes
+/// (namespaces) on those controllers with their own counters and ANA state per path. MiB/s is
+/// the average since its oldest volume opened.
 std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolume>& live);
 
 /// {"Subsystems":[...]} with nvme-cli's keys (Name, NQN, IOPolicy, Paths, Transport, Address,
 /// State, ANAState) for kernel subsystems and live volumes alike, ours per live path (ios,
 /// mib_per_s, latency_p50_us, latency_p99_us, errors, retries, failovers, reconnects,
-/// numa_node, ...); plus "subsystems", the kernel detail in the earlier snake_case shape.
+/// numa_node, cntlid, ...); "Controllers", each of our controllers once with the volumes on it;
+/// plus "subsystems", the kernel detail in the earlier snake_case shape.
 nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vector<LiveVolume>& live);
 
-/// The --watch screen: path health and path performance, like `nvme top`. Rates are the change
-/// from `before` (the previous sample, matched by socket and path) over `interval_s`; without a
-/// previous sample, the averages since open.
+/// The --watch screen: controller (path) health and performance, like `nvme top`, each
+/// controller once. Rates are the change from `before` (the previous sample, matched by
+/// subsystem and path) over `interval_s`; without a previous sample, the averages since open.
 std::string render_top(const std::vector<LiveVolume>& now, const std::vector<LiveVolume>& before,
                        double interval_s);
 
