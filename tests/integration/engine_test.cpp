@@ -31,23 +31,17 @@ namespace {
 
 constexpr int kNamespaces = 4;
 
-size_t thread_count() {
+// Entries of a /proc directory: the process's threads (task) or descriptors (fd).
+size_t entries(const char* dir) {
   size_t n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
+  if (DIR* d = opendir(dir)) {
     while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
     closedir(d);
   }
   return n;
 }
-
-size_t fd_count() {
-  size_t n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+size_t thread_count() { return entries("/proc/self/task"); }
+size_t fd_count() { return entries("/proc/self/fd"); }
 
 uint64_t rss_bytes() {
   std::ifstream f("/proc/self/statm");
@@ -330,7 +324,13 @@ TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave n
   CHECK(fd_count() == fds);
   CHECK(thread_count() == threads);
   CHECK(rig.accepted() == accepted);  // not one connection for a thousand volumes
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer holds freed memory in its quarantine (256 MiB by default) on purpose: the
+  // release run is the one that measures memory.
+  (void)grew_mib;
+#else
   CHECK(grew_mib < 4.0);
+#endif
   CHECK((*host)->stats().volumes == 1);
   CHECK((*keep)->stats().timeline.empty());
 }
