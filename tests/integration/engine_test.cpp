@@ -233,7 +233,10 @@ TEST_CASE("volumes of one subsystem share its controllers: a second namespace op
   CHECK(test::wait_until([&] { return rig.live() == 0; }));
 }
 
-TEST_CASE("a partition fails over every namespace on the shared controller with one CCR", "[engine][faults]") {
+TEST_CASE("a partition or a blackhole fails over every namespace on the shared controller with one CCR",
+          "[engine][faults]") {
+  const FaultKind kind = GENERATE(FaultKind::partition, FaultKind::blackhole);
+  INFO((kind == FaultKind::partition ? "partition" : "blackhole"));
   Rig rig;
   HostOptions ho;
   ho.reactors = 2;
@@ -259,7 +262,7 @@ TEST_CASE("a partition fails over every namespace on the shared controller with 
     return true;
   }));
   const uint64_t ccr_before = rig.target->stats(1).ccr_received;
-  rig.target->inject(0, FaultKind::partition);
+  rig.target->inject(0, kind);
   // One failover of the shared controller, seen by every namespace, fenced before writes moved.
   REQUIRE(test::wait_until([&] {
     for (auto& v : vols) {
