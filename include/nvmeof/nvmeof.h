@@ -199,6 +199,8 @@ typedef struct nvmeof_host_stats {
   uint32_t volumes;         /* volumes open on it */
   uint64_t reactor_cpu_ns;  /* CPU time all its reactor threads have used */
   uint64_t reactor_wakeups; /* times its reactor threads came back from a wait in their ring */
+  uint32_t subsystems;      /* subsystems its volumes are open on (each over its own paths) */
+  uint32_t controllers;     /* their controllers: one per path, shared by the volumes on it */
 } nvmeof_host_stats;
 
 /* Fills `stats` (its struct_size set first). Any thread. -EINVAL for NULL or a struct_size

@@ -481,6 +481,8 @@ int nvmeof_host_stats_get(const nvmeof_host* h, nvmeof_host_stats* out) {
     for (uint64_t ns : s.reactor_cpu_ns) out->reactor_cpu_ns += ns;
     out->reactor_wakeups = 0;
     for (uint64_t n : s.reactor_wakeups) out->reactor_wakeups += n;
+    out->subsystems = s.subsystems;
+    out->controllers = static_cast<uint32_t>(s.controllers.size());
     return 0;
   } catch (const std::bad_alloc&) {
     return -ENOMEM;

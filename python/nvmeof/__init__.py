@@ -220,7 +220,9 @@ class Host:
 
     def stats(self) -> dict:
         """What the engine runs and costs now: reactors, threads (reactors, the control thread and
-        the pool), volumes open on it, reactor_cpu_ns and reactor_wakeups (over all reactors)."""
+        the pool), volumes open on it, reactor_cpu_ns and reactor_wakeups (over all reactors),
+        subsystems and controllers (volumes of one subsystem over the same paths and settings
+        share its controllers)."""
         return self._core().stats()
 
     @property

@@ -100,6 +100,8 @@ class PyHost {
     d["volumes"] = s.volumes;
     d["reactor_cpu_ns"] = s.reactor_cpu_ns;
     d["reactor_wakeups"] = s.reactor_wakeups;
+    d["subsystems"] = s.subsystems;
+    d["controllers"] = s.controllers;
     return d;
   }
 

@@ -352,6 +352,9 @@ static void test_host(const char* addr, const char* nqn) {
   REQUIRE(nvmeof_volume_open_on(host, paths, 1, &o, &a) == 0);
   REQUIRE(nvmeof_volume_open_on(host, paths, 1, &o, &b) == 0);
   CHECK(host_volumes(host) == 2);
+  REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);
+  CHECK(hs.subsystems == 1); /* the second volume shares the first one's controller */
+  CHECK(hs.controllers == 1);
   REQUIRE(nvmeof_volume_open_discovered_on(host, addr, &o, &c) == 0);
   CHECK(host_volumes(host) == 3);
   REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);

@@ -38,6 +38,9 @@ def test_two_volumes_share_one_host(target2):
         with open_on(h, target2, 1) as a, open_on(h, target2, 2) as b:
             assert h.volumes == 2
             assert h.reactors == 2  # no volume added a thread
+            # Two namespaces of one subsystem over the same paths: one set of controllers.
+            assert h.stats()["subsystems"] == 1
+            assert h.stats()["controllers"] >= 1
             da, db = pattern(8 * BS, 1), pattern(8 * BS, 2)
             # The same offset on both: each lands in its own namespace.
             futs = a.write_batch([(da[i * BS:(i + 1) * BS], (10 + i) * BS) for i in range(8)])
