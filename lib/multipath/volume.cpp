@@ -687,7 +687,8 @@ void SubsystemPaths::refresh_ana_now() {
 
 void SubsystemPaths::shutdown() {
   if (stopping_.exchange(true)) return;
-  // Every volume has left (each waited for its own I/O); what a lane still holds finishes first (bounded: a lane gives up after its own drain timeout).
+  // Every volume has left (each waited for its own I/O); what a lane still holds finishes first
+  // (bounded: a lane gives up after its own drain timeout).
   const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
   for (;;) {
     uint64_t n = 0;
@@ -695,9 +696,9 @@ void SubsystemPaths::shutdown() {
     if (n == 0 || Reactor::clock_ns() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  // This volume's blocking work on the engine's pool (each task bounded by its own timeout).
+  // Its blocking work on the engine's pool (each task bounded by its own timeout).
   while (pool_tasks_.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  // The loop is shared with the controllers: instead of stopping it, cancel this volume's timers
+  // The loop is shared with other subsystems: instead of stopping it, cancel its own timers
   // and let everything already queued for it run (and return, seeing stopping_) before the
   // lanes go; what the stopping lanes still post is flushed the same way after them.
   ControllerAccess::impl(cp_).call([this] {
