@@ -66,6 +66,16 @@ NvmeStatus run_io(Volume& v, IoOp op, void* buf, uint64_t slba, uint32_t nlb) {
   return fut.get();
 }
 
+// An engine of `reactors` unpinned reactors (the tests run on any machine).
+std::shared_ptr<Host> make_host(unsigned reactors) {
+  HostOptions ho;
+  ho.reactors = reactors;
+  ho.placement = PlacementMode::unpinned;
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  return *host;
+}
+
 struct Rig {
   std::unique_ptr<Target> target;
   TargetOptions to;
@@ -124,19 +134,15 @@ void check_clean(test::VerifiedWorkload& w, const char* what) {
 
 TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
   Rig rig;
-  HostOptions ho;
-  ho.reactors = 2;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
+  auto host = make_host(2);
   const size_t with_engine = thread_count();
-  const HostStats hs = (*host)->stats();
+  const HostStats hs = host->stats();
   CHECK(hs.reactors == 2);
   CHECK(hs.volumes == 0);
 
   std::vector<std::unique_ptr<Volume>> vols;
   for (int i = 0; i < kNamespaces; ++i) {
-    auto v = Volume::open(*host, rig.options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, rig.options(static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
   }
@@ -145,11 +151,11 @@ TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
   const uint64_t connections = rig.target->stats(0).live_connections + rig.target->stats(1).live_connections;
   INFO("threads: engine " << with_engine << ", now " << thread_count() << ", target connections " << connections);
   CHECK(thread_count() <= with_engine + connections);
-  CHECK((*host)->stats().volumes == kNamespaces);
+  CHECK(host->stats().volumes == kNamespaces);
   for (auto& v : vols) CHECK(v->stats().reactor_cpu_ns.size() == 2);
 
   vols.clear();
-  CHECK((*host)->stats().volumes == 0);
+  CHECK(host->stats().volumes == 0);
 }
 
 TEST_CASE("Volume::open shares the process's engine between volumes of the same options", "[engine]") {
@@ -174,25 +180,21 @@ TEST_CASE("Volume::open shares the process's engine between volumes of the same 
 TEST_CASE("volumes of one subsystem share its controllers: a second namespace opens no connection",
           "[engine][shared]") {
   Rig rig;
-  HostOptions ho;
-  ho.reactors = 2;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
+  auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
-  auto first = Volume::open(*host, rig.steady_options(1));
+  auto first = Volume::open(host, rig.steady_options(1));
   REQUIRE(first);
   vols.push_back(std::move(*first));
   const uint64_t one = rig.accepted();
   CHECK(one == 2 * (1 + 2));  // per path: the admin queue and one I/O queue per reactor
   for (int i = 1; i < kNamespaces; ++i) {
-    auto v = Volume::open(*host, rig.steady_options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, rig.steady_options(static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
   }
   CHECK(rig.accepted() == one);
   CHECK(rig.live() == one);
-  HostStats hs = (*host)->stats();
+  HostStats hs = host->stats();
   CHECK(hs.volumes == kNamespaces);
   CHECK(hs.subsystems == 1);
   REQUIRE(hs.controllers.size() == 2);
@@ -217,19 +219,19 @@ TEST_CASE("volumes of one subsystem share its controllers: a second namespace op
     CHECK(vols[i]->ns().nsid == i + 1);
   }
   // Other settings (here the keep-alive) are other controllers.
-  auto apart = Volume::open(*host, rig.options(1));
+  auto apart = Volume::open(host, rig.options(1));
   REQUIRE(apart);
   CHECK(rig.accepted() == 2 * one);
-  CHECK((*host)->stats().subsystems == 2);
+  CHECK(host->stats().subsystems == 2);
   apart->reset();
   // The last volume of a subsystem closes its controllers; the others keep them.
   vols.resize(1);
-  hs = (*host)->stats();
+  hs = host->stats();
   CHECK(hs.subsystems == 1);
   for (const auto& c : hs.controllers) CHECK(c.volumes == 1);
   CHECK(test::wait_until([&] { return rig.live() == one; }));
   vols.clear();
-  CHECK((*host)->stats().subsystems == 0);
+  CHECK(host->stats().subsystems == 0);
   CHECK(test::wait_until([&] { return rig.live() == 0; }));
 }
 
@@ -238,11 +240,7 @@ TEST_CASE("a partition or a blackhole fails over every namespace on the shared c
   const FaultKind kind = GENERATE(FaultKind::partition, FaultKind::blackhole);
   INFO((kind == FaultKind::partition ? "partition" : "blackhole"));
   Rig rig;
-  HostOptions ho;
-  ho.reactors = 2;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
+  auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
   std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
   for (int i = 0; i < kNamespaces; ++i) {
@@ -250,7 +248,7 @@ TEST_CASE("a partition or a blackhole fails over every namespace on the shared c
     // controller for, so that the CCR finds it (one that ended by itself needs no reset).
     VolumeOptions vo = rig.steady_options(static_cast<uint32_t>(i + 1));
     vo.io_deadline = 0us;
-    auto v = Volume::open(*host, vo);
+    auto v = Volume::open(host, vo);
     REQUIRE(v);
     vols.push_back(std::move(*v));
     work.push_back(std::make_unique<test::VerifiedWorkload>(*vols.back(), 8));
@@ -298,15 +296,12 @@ TEST_CASE("a partition or a blackhole fails over every namespace on the shared c
 
 TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave nothing behind", "[engine][shared]") {
   Rig rig;
-  HostOptions ho;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
-  auto keep = Volume::open(*host, rig.steady_options(1));
+  auto host = make_host(1);
+  auto keep = Volume::open(host, rig.steady_options(1));
   REQUIRE(keep);
   std::vector<uint8_t> buf(4096);
   auto cycle = [&](int i) {
-    auto v = Volume::open(*host, rig.steady_options(2));
+    auto v = Volume::open(host, rig.steady_options(2));
     REQUIRE(v);
     // Usable each time: a block written and read back.
     const uint32_t bs = (*v)->block_size();
@@ -334,21 +329,17 @@ TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave n
 #else
   CHECK(grew_mib < 4.0);
 #endif
-  CHECK((*host)->stats().volumes == 1);
+  CHECK(host->stats().volumes == 1);
   CHECK((*keep)->stats().timeline.empty());
 }
 
 TEST_CASE("namespaces on one engine move verified data through a path reset", "[engine][faults]") {
   Rig rig;
-  HostOptions ho;
-  ho.reactors = 2;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
+  auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
   std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
   for (int i = 0; i < kNamespaces; ++i) {
-    auto v = Volume::open(*host, rig.options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, rig.options(static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
     work.push_back(std::make_unique<test::VerifiedWorkload>(*vols.back(), 8));
@@ -383,18 +374,14 @@ TEST_CASE("namespaces on one engine move verified data through a path reset", "[
 
 TEST_CASE("a volume closing and reopening disturbs none of the others on its engine", "[engine]") {
   Rig rig;
-  HostOptions ho;
-  ho.reactors = 2;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
-  auto keep = Volume::open(*host, rig.steady_options(1));
+  auto host = make_host(2);
+  auto keep = Volume::open(host, rig.steady_options(1));
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 8);
   w.start();
   const uint64_t accepted = rig.accepted();
   for (int round = 0; round < 20; ++round) {
-    auto v = Volume::open(*host, rig.steady_options(2));  // on the same controllers
+    auto v = Volume::open(host, rig.steady_options(2));  // on the same controllers
     REQUIRE(v);
     // Its own blocks each round: a workload checks what it reads against its own writes only.
     test::VerifiedWorkload other(**v, 2, 32, static_cast<uint64_t>(round) * 64);
@@ -413,20 +400,17 @@ TEST_CASE("a volume closing and reopening disturbs none of the others on its eng
 
 TEST_CASE("a namespace that does not exist fails its open and disturbs nothing", "[engine]") {
   Rig rig;
-  HostOptions ho;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
-  auto keep = Volume::open(*host, rig.steady_options(1));
+  auto host = make_host(1);
+  auto keep = Volume::open(host, rig.steady_options(1));
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 4);
   w.start();
-  auto bad = Volume::open(*host, rig.steady_options(99));  // on the connected controllers
+  auto bad = Volume::open(host, rig.steady_options(99));  // on the connected controllers
   REQUIRE_FALSE(bad);
-  auto bad_apart = Volume::open(*host, rig.options(99));  // on controllers of its own
+  auto bad_apart = Volume::open(host, rig.options(99));  // on controllers of its own
   REQUIRE_FALSE(bad_apart);
-  CHECK((*host)->stats().subsystems == 1);
-  CHECK((*host)->stats().volumes == 1);
+  CHECK(host->stats().subsystems == 1);
+  CHECK(host->stats().volumes == 1);
   REQUIRE(test::wait_until([&] { return w.completed() >= 100; }));
   REQUIRE(w.finish(15s));
   check_clean(w, "volume beside the failed open");
@@ -435,17 +419,14 @@ TEST_CASE("a namespace that does not exist fails its open and disturbs nothing",
 }
 
 TEST_CASE("a passthrough path needs an engine with big ring entries", "[engine]") {
-  HostOptions ho;
-  ho.placement = PlacementMode::unpinned;
-  auto host = Host::create(ho);
-  REQUIRE(host);
+  auto host = make_host(1);
   VolumeOptions vo;
   TransportAddress a;
   a.transport = Transport::passthrough;
   a.traddr = "/dev/ng0n1";
   vo.paths.push_back(a);
   vo.connect.subnqn = "nqn.2024-01.io.nvmeof:target";
-  auto v = Volume::open(*host, vo);
+  auto v = Volume::open(host, vo);
   REQUIRE_FALSE(v);
   CHECK(v.error() == make_error_code(Errc::invalid_argument));
   HostOptions none;
