@@ -67,8 +67,10 @@ Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::strin
   m->impl_ = std::make_unique<Impl>();
   m->impl_->collectable = std::make_shared<CallbackCollectable>(std::move(collect));
   try {
-    // One HTTP thread: scrapes are rare and each builds its families from one snapshot.
-    m->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 1);
+    // Two HTTP threads: scrapes are rare and each builds its families from one snapshot, but
+    // civetweb is known to misbehave with a single worker (a second client, e.g. curl beside
+    // Prometheus, waits on the first) and recommends more than one.
+    m->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
   } catch (const std::exception&) {
     return errno_code(EADDRINUSE);
   }

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -26,8 +28,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// GET /metrics from 127.0.0.1:port; the body ("" on failure).
-std::string scrape(uint16_t port) {
+// One GET /metrics on a new connection: the whole reply, or "" and the failing step in `why`.
+std::string get_metrics(uint16_t port, std::string& why) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   timeval tv{5, 0};
@@ -37,15 +39,32 @@ std::string scrape(uint16_t port) {
   sa.sin_port = htons(port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string resp;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-      char b[8192];
-      ssize_t n;
-      while ((n = ::recv(fd, b, sizeof b, 0)) > 0) resp.append(b, static_cast<size_t>(n));
-    }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    why = std::string("connect: ") + std::strerror(errno);
+  } else if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    why = std::string("send: ") + std::strerror(errno);
+  } else {
+    char b[8192];
+    ssize_t n;
+    while ((n = ::recv(fd, b, sizeof b, 0)) > 0 || (n < 0 && errno == EINTR))
+      if (n > 0) resp.append(b, static_cast<size_t>(n));
+    if (resp.empty()) why = n == 0 ? "closed before any reply" : std::string("recv: ") + std::strerror(errno);
   }
   ::close(fd);
+  return resp;
+}
+
+// GET /metrics from 127.0.0.1:port; the body. The HTTP server (civetweb, under prometheus-cpp)
+// has been seen once to close a connection with no reply on a loaded machine under ASan; a
+// second connection is tried then, and each empty reply is reported with its cause.
+std::string scrape(uint16_t port) {
+  std::string resp;
+  for (int attempt = 0; attempt < 3 && resp.empty(); ++attempt) {
+    std::string why;
+    resp = get_metrics(port, why);
+    if (resp.empty()) WARN("scrape of port " << port << ", attempt " << attempt + 1 << ": " << why);
+  }
   REQUIRE(resp.rfind("HTTP/1.", 0) == 0);
   CHECK(resp.find(" 200 ") != std::string::npos);
   const size_t body = resp.find("\r\n\r\n");
