@@ -57,6 +57,10 @@ struct HostOptions {
   /// (kernel-attached /dev/ngXnY) share it. Volumes with passthrough paths need it; the default
   /// engine of such a volume is made with it.
   bool big_entries = false;
+  /// "ADDR:PORT" (port 0 picks one): serve the engine's Prometheus metrics over HTTP at /metrics
+  /// (nvmeof_host_* and, per controller, nvmeof_controller_*: the figures of stats()). Empty: none.
+  /// Each volume may serve its own (VolumeOptions::metrics_listen).
+  std::string metrics_listen;
 };
 
 /// What the engine costs right now (counted, not timed).
@@ -114,6 +118,8 @@ class Host {
   /// The reactors' placement (no paths: each volume's own placement() adds its paths).
   const Placement& placement() const noexcept;
   HostStats stats() const;
+  /// The TCP port of HostOptions::metrics_listen (0 when it is empty).
+  uint16_t metrics_port() const noexcept;
 
   struct Impl;  ///< what create() and shared() make; defined inside the library only
 

@@ -210,4 +210,58 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
   return out;
 }
 
+std::vector<MetricFamily> host_families(const HostStats& s) {
+  std::vector<MetricFamily> out;
+  auto engine_metric = [&](const char* name, const char* help, double v) {
+    auto f = metric_family(name, help, MetricType::Gauge);
+    add_sample(f, {}, v);
+    out.push_back(std::move(f));
+  };
+  engine_metric("nvmeof_host_reactors", "Reactor threads of the engine", s.reactors);
+  engine_metric("nvmeof_host_threads", "Threads the engine runs (reactors, control thread, pool)", s.threads);
+  engine_metric("nvmeof_host_volumes", "Volumes open on the engine", s.volumes);
+  engine_metric("nvmeof_host_subsystems", "Subsystems the open volumes are on (each one controller per path)",
+                s.subsystems);
+  {
+    auto cpu = metric_family("nvmeof_host_reactor_cpu_seconds_total", "CPU used by each reactor thread",
+                             MetricType::Counter);
+    auto wake = metric_family("nvmeof_host_reactor_wakeups_total",
+                              "Times each reactor thread came back from a wait in its ring", MetricType::Counter);
+    for (size_t i = 0; i < s.reactor_cpu_ns.size(); ++i)
+      add_sample(cpu, {{"reactor", std::to_string(i)}}, static_cast<double>(s.reactor_cpu_ns[i]) / 1e9);
+    for (size_t i = 0; i < s.reactor_wakeups.size(); ++i)
+      add_sample(wake, {{"reactor", std::to_string(i)}}, static_cast<double>(s.reactor_wakeups[i]));
+    out.push_back(std::move(cpu));
+    out.push_back(std::move(wake));
+  }
+  struct ControllerMetric {
+    const char* name;
+    const char* help;
+    MetricType type;
+    double (*value)(const HostControllerStats&);
+  };
+  static const ControllerMetric kController[] = {
+      {"nvmeof_controller_state", "Controller (path) state: 0 connecting, 1 live, 2 failed, 3 fenced",
+       MetricType::Gauge, [](const HostControllerStats& c) { return state_code(c.state); }},
+      {"nvmeof_controller_volumes", "Volumes (namespaces) open on the controller", MetricType::Gauge,
+       [](const HostControllerStats& c) { return static_cast<double>(c.volumes); }},
+      {"nvmeof_controller_keep_alives_total", "Keep Alive commands sent on the controller", MetricType::Counter,
+       [](const HostControllerStats& c) { return static_cast<double>(c.keep_alives); }},
+      {"nvmeof_controller_io_completed_total", "Commands completed on its I/O queues, every volume's",
+       MetricType::Counter, [](const HostControllerStats& c) { return static_cast<double>(c.ios); }},
+      {"nvmeof_controller_failovers_total", "Times the controller's path failed", MetricType::Counter,
+       [](const HostControllerStats& c) { return static_cast<double>(c.failovers); }},
+      {"nvmeof_controller_reconnects_total", "Times the controller was reconnected", MetricType::Counter,
+       [](const HostControllerStats& c) { return static_cast<double>(c.reconnects); }},
+  };
+  for (const auto& cm : kController) {
+    auto f = metric_family(cm.name, cm.help, cm.type);
+    for (const auto& c : s.controllers)
+      add_sample(f, {{"subnqn", c.subnqn}, {"address", c.address}, {"cntlid", std::to_string(c.cntlid)}},
+                 cm.value(c));
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 }  // namespace nvmeof::detail

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/histogram.hpp"
+#include "nvmeof/host.hpp"
 #include "nvmeof/status.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -43,6 +44,10 @@ class MetricsExporter {
 /// completion's latency (the same snapshot), `volume` is the volume label's value.
 std::vector<prometheus::MetricFamily> volume_families(const std::string& volume, const VolumeStats& s,
                                                       const LatencyHistogram& latency);
+
+/// The nvmeof_host_* families of an engine snapshot and its nvmeof_controller_* families, one
+/// sample per controller (labelled by subsystem NQN, path address and controller ID).
+std::vector<prometheus::MetricFamily> host_families(const HostStats& s);
 
 /// A family helper for callers that build their own (nvmeof-target).
 prometheus::MetricFamily metric_family(const std::string& name, const std::string& help, prometheus::MetricType type);

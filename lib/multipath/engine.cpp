@@ -14,6 +14,7 @@
 #include <system_error>
 #include <tuple>
 
+#include "control/metrics.hpp"
 #include "core/log.hpp"
 #include "core/node_memory.hpp"
 #include "core/spin_governor.hpp"
@@ -237,8 +238,10 @@ Registry& registry() {
 }
 
 bool same_options(const HostOptions& a, const HostOptions& b) {
-  return std::tie(a.reactors, a.poll, a.placement, a.cpus, a.sysfs_root, a.memory_node, a.big_entries) ==
-         std::tie(b.reactors, b.poll, b.placement, b.cpus, b.sysfs_root, b.memory_node, b.big_entries);
+  return std::tie(a.reactors, a.poll, a.placement, a.cpus, a.sysfs_root, a.memory_node, a.big_entries,
+                  a.metrics_listen) ==
+         std::tie(b.reactors, b.poll, b.placement, b.cpus, b.sysfs_root, b.memory_node, b.big_entries,
+                  b.metrics_listen);
 }
 
 }  // namespace
@@ -272,6 +275,13 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
     if (auto r = er->start(); !r) return r.error();
     impl->reactors.push_back(std::move(er));
   }
+  if (!opts.metrics_listen.empty()) {
+    // Built at each scrape from one stats() snapshot; ~Impl stops it before anything it reads.
+    const Host::Impl* self = impl.get();
+    auto m = MetricsExporter::start(opts.metrics_listen, [self] { return host_families(self->stats()); });
+    if (!m) return m.error();
+    impl->metrics = std::move(*m);
+  }
   return std::shared_ptr<Host>(std::move(impl));
 }
 
@@ -279,7 +289,10 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
 
 namespace nvmeof {
 
+Host::Impl::Impl() = default;
+
 Host::Impl::~Impl() {
+  metrics.reset();  // no scrape reads the engine after this
   // Pool work may still post to the control loop; it finishes first, then the reactors.
   pool.join();
   for (auto& r : reactors) r->stop();
@@ -305,6 +318,10 @@ Result<std::shared_ptr<Host>> Host::shared(const HostOptions& opts) { return det
 
 const HostOptions& Host::options() const noexcept { return engine_of(*this).opts; }
 const Placement& Host::placement() const noexcept { return engine_of(*this).placement; }
+uint16_t Host::metrics_port() const noexcept {
+  const auto& m = engine_of(*this).metrics;
+  return m ? m->port() : 0;
+}
 
 HostStats Host::stats() const {
   HostStats s;

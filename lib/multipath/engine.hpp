@@ -84,6 +84,9 @@ class SubsystemPaths;
 }  // namespace nvmeof::detail
 
 namespace nvmeof {
+namespace detail {
+class MetricsExporter;
+}
 
 /// Threading: everything is written by create() before the engine is handed out and only read
 /// afterwards, except `volumes` and `subsystems_open` (relaxed counts for stats) and
@@ -105,8 +108,9 @@ struct NVMEOF_LOCAL Host::Impl final : Host {
   mutable std::mutex subsystems_mu;
   std::map<std::string, std::weak_ptr<detail::SubsystemPaths>> subsystems;
   static constexpr unsigned kPoolThreads = 4;
+  std::unique_ptr<detail::MetricsExporter> metrics;  // HostOptions::metrics_listen
 
-  Impl() = default;
+  Impl();  // out of line: MetricsExporter is complete only there
   ~Impl() override;
   /// The reactor the calling thread runs, or nullptr.
   detail::EngineReactor* current_reactor() const noexcept;

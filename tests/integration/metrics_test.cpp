@@ -1,7 +1,8 @@
 // Prometheus metrics over HTTP on loopback: a volume with VolumeOptions::metrics_listen under
 // verified I/O against the embedded target, scraped twice; every metric of the issue is there,
 // counters move with the I/O, a failover and an ANA change show. nvmeof-target --metrics-listen
-// is scraped the same way. Bad listen addresses fail Volume::open.
+// is scraped the same way, and so is an engine (HostOptions::metrics_listen): one sample per
+// controller whatever the number of volumes on it. Bad listen addresses fail the open.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -17,9 +18,11 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
+#include "nvmeof/host.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -197,4 +200,92 @@ TEST_CASE("nvmeof-target --metrics-listen serves its ports' counters", "[metrics
   const auto s = samples(scrape(port));
   CHECK(value(s, "nvmeof_target_port_ana_state", "port=\"0\"") == 1);
   CHECK(value(s, "nvmeof_target_port_connections_total", "port=\"0\"") == 0);
+}
+
+TEST_CASE("an engine's metrics show each controller once, shared by the volumes on it", "[metrics]") {
+  TargetOptions to;
+  to.ports.assign(2, TargetPort{});
+  for (auto& p : to.ports) p.trsvcid = "0";
+  to.subsystems[0].namespaces.clear();
+  for (uint32_t i = 1; i <= 2; ++i) {
+    TargetNamespace ns;
+    ns.nsid = i;
+    ns.size_bytes = 8ull << 20;
+    to.subsystems[0].namespaces.push_back(ns);
+  }
+  auto t = Target::start(to);
+  REQUIRE(t);
+  auto& target = **t;
+
+  HostOptions ho;
+  ho.placement = PlacementMode::unpinned;
+  ho.metrics_listen = "nonsense";
+  auto bad = Host::create(ho);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error() == make_error_code(Errc::invalid_argument));
+  ho.metrics_listen = "127.0.0.1:0";
+  auto host = Host::create(ho);
+  REQUIRE(host);
+  const uint16_t port = (*host)->metrics_port();
+  REQUIRE(port != 0);
+
+  std::vector<std::unique_ptr<Volume>> vols;
+  for (uint32_t nsid = 1; nsid <= 2; ++nsid) {
+    VolumeOptions vo;
+    for (size_t i = 0; i < 2; ++i) {
+      TransportAddress a;
+      a.trsvcid = std::to_string(target.port_number(i));
+      vo.paths.push_back(a);
+    }
+    vo.connect.subnqn = TargetSubsystem{}.nqn;
+    vo.nsid = nsid;
+    vo.io_deadline = 2s;
+    vo.no_path_timeout = 10s;
+    auto v = Volume::open(*host, vo);
+    REQUIRE(v);
+    vols.push_back(std::move(*v));
+  }
+  test::VerifiedWorkload w1(*vols[0]), w2(*vols[1]);
+  w1.start();
+  w2.start();
+  REQUIRE(test::wait_until([&] { return vols[0]->stats().completed > 300 && vols[1]->stats().completed > 300; }));
+  const uint64_t done = vols[0]->stats().completed + vols[1]->stats().completed;
+  const auto s = samples(scrape(port));
+  CHECK(value(s, "nvmeof_host_volumes") == 2);
+  CHECK(value(s, "nvmeof_host_subsystems") == 1);
+  CHECK(value(s, "nvmeof_host_reactors") == 1);
+  CHECK(value(s, "nvmeof_host_reactor_wakeups_total", "reactor=\"0\"") > 0);
+  // One sample per controller (path), not per volume; both volumes on each.
+  size_t controllers = 0;
+  double ios = 0;
+  for (const auto& [k, v] : s) {
+    if (k.rfind("nvmeof_controller_state{", 0) == 0) ++controllers;
+    if (k.rfind("nvmeof_controller_io_completed_total{", 0) == 0) ios += v;
+  }
+  CHECK(controllers == 2);
+  const std::string port0 = "127.0.0.1:" + std::to_string(target.port_number(0)) + "\"";
+  CHECK(value(s, "nvmeof_controller_volumes", port0) == 2);
+  CHECK(value(s, "nvmeof_controller_state", port0) == 1);  // live
+  CHECK(value(s, "nvmeof_controller_state", "subnqn=\"" + TargetSubsystem{}.nqn + "\"") == 1);
+  CHECK(ios >= static_cast<double>(done));  // every volume's commands, counted by the controller
+
+  // A reset of port 0: its controller's failover shows, once for both volumes.
+  target.inject(0, FaultKind::reset);
+  REQUIRE(test::wait_until([&] {
+    const auto h = (*host)->stats();
+    for (const auto& c : h.controllers)
+      if (c.address.find(":" + std::to_string(target.port_number(0))) != std::string::npos && c.reconnects >= 1)
+        return true;
+    return false;
+  }));
+  const auto after = samples(scrape(port));
+  CHECK(value(after, "nvmeof_controller_failovers_total", port0) >= 1);
+  CHECK(value(after, "nvmeof_controller_reconnects_total", port0) >= 1);
+  REQUIRE(w1.finish(30s));
+  REQUIRE(w2.finish(30s));
+  CHECK(w1.errors() == 0);
+  CHECK(w2.errors() == 0);
+  vols.clear();
+  const auto closed = samples(scrape(port));
+  CHECK(value(closed, "nvmeof_host_volumes") == 0);
 }
