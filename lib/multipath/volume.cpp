@@ -145,11 +145,12 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   facts.can_reset_others = opts_.use_ccr && ctrl->can_reset_others();
   facts.can_be_reset = opts_.use_ccr && sp.addr.transport != Transport::passthrough;
   facts.ccrl = ci.ccrl;
-  // Every open volume's namespace behind the new controller (one ANA log read for all of them).
+  // Every open volume's namespace behind the new controller (one ANA log read for all of them,
+  // and kept for the volumes bound later).
   // A namespace this controller no longer shows leaves the path unusable for that volume only.
   const auto vols = bound();
   std::optional<AnaLog> log;
-  if (!vols.empty() && (ci.anacap != 0 || ci.cmic & 0x8))
+  if (ci.anacap != 0 || ci.cmic & 0x8)
     if (auto l = ctrl->ana_log(); l) log = std::move(*l);
   for (const auto& ns : vols) {
     const uint32_t was = ns->on[static_cast<size_t>(sp.index)].nsid.load();
@@ -158,6 +159,11 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
       nvmeof::detail::log_warning("nvmeof: path %s: namespace %u: %s\n", sp.addr.to_string().c_str(), was,
                                   r.error().message().c_str());
     }
+  }
+  {
+    std::lock_guard lock(ns_mu_);
+    sp.ana_log = log ? std::make_shared<const AnaLog>(std::move(*log)) : nullptr;
+    sp.ana_log_of = ctrl.get();
   }
   sp.cqt_ms = ci.cqt_ms;
   sp.crdt_100ms = ci.crdt_100ms;
@@ -201,18 +207,38 @@ Result<void> SubsystemPaths::bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoin
     }
     if (!nsid) return Errc::namespace_mismatch;
   }
+  const bool has_ana = ctrl.info().anacap != 0 || ctrl.info().cmic & 0x8;
   std::optional<AnaLog> own;
-  if (!log && (ctrl.info().anacap != 0 || ctrl.info().cmic & 0x8))
-    if (auto l = ctrl.ana_log(); l) {
-      own = std::move(*l);
-      log = &*own;
+  if (!log && has_ana) {
+    bool cached = false;
+    {
+      // The controller's newest log, read by its connect or its last refresh: the state every
+      // volume already bound on it has. Set under the lock a refresh stores its log under.
+      std::lock_guard lock(ns_mu_);
+      if (sp.ana_log && sp.ana_log_of == &ctrl) {
+        cached = true;
+        AnaState ana = AnaState::optimized;
+        if (const AnaGroup* g = sp.ana_log->group(info.anagrpid)) ana = g->state;
+        if (first) ns.info = info;
+        on.anagrpid.store(info.anagrpid);
+        on.ana.store(ana);
+      }
     }
-  AnaState ana = AnaState::optimized;
-  if (log)
-    if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
-  if (first) ns.info = info;
-  on.anagrpid.store(info.anagrpid);
-  on.ana.store(ana);
+    if (!cached) {
+      if (auto l = ctrl.ana_log(); l) {
+        own = std::move(*l);
+        log = &*own;
+      }
+    }
+  }
+  if (log || !has_ana) {
+    AnaState ana = AnaState::optimized;
+    if (log)
+      if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
+    if (first) ns.info = info;
+    on.anagrpid.store(info.anagrpid);
+    on.ana.store(ana);
+  }
   on.nsid.store(nsid, std::memory_order_release);
   sp.probe_block_size.store(ns.info.block_size);
   sp.probe_nsid.store(nsid);
@@ -342,8 +368,15 @@ Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) 
   }
   if (first == paths_.size()) return why;
   ns->max_blocks_per_cmd = std::clamp<uint32_t>(max_transfer_ / ns->info.block_size, 1, 65536);
+  const auto first_ctrl = paths_[first]->endpoint();
   {
     std::lock_guard lock(ns_mu_);
+    // A refresh that stored a newer log after the first path was bound did not see this volume
+    // yet: its state comes from that log now, in the same critical section as joining bound_.
+    const SharedPath& fp = *paths_[first];
+    auto& on = ns->on[first];
+    if (fp.ana_log && fp.ana_log_of == first_ctrl.get())
+      if (const AnaGroup* g = fp.ana_log->group(on.anagrpid.load())) on.ana.store(g->state);
     bound_.push_back(ns);
   }
   for (auto& sp : paths_) {
@@ -645,13 +678,21 @@ void SubsystemPaths::request_ana_refresh() {
 void SubsystemPaths::refresh_ana_now() {
   ana_refresh_pending_.store(false);
   if (stopping_.load()) return;
-  const auto vols = bound();
   for (auto& sp : paths_) {
     if (sp->state.load() != PathState::live) continue;
     auto ctrl = sp->ctrl;  // a reconnect replaces it only while the path is not live
     if (!ctrl) continue;
-    auto log = ctrl->ana_log();
-    if (!log) continue;  // a failing path reports itself through its queues
+    auto read = ctrl->ana_log();
+    if (!read) continue;  // a failing path reports itself through its queues
+    auto log = std::make_shared<const AnaLog>(std::move(*read));
+    std::vector<std::shared_ptr<VolumeNs>> vols;
+    {
+      // A volume bound after this takes its state from this log; one bound before is in `vols`.
+      std::lock_guard lock(ns_mu_);
+      sp->ana_log = log;
+      sp->ana_log_of = ctrl.get();
+      vols = bound_;
+    }
     // ANA state is per (controller, ANA group): one log read serves every volume on the path.
     bool left = false, back = false;
     AnaState newest = AnaState::optimized;

@@ -84,6 +84,11 @@ struct SharedPath {
   std::atomic<uint64_t> keep_alives{0};  // its controller's, copied by ana_poll (control thread)
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> connect_failures{0};
+  /// The newest ANA log read on `ana_log_of` (this path's controller when it was read), so that
+  /// binding one more volume takes its group's state from it instead of reading the log again.
+  /// Both guarded by SubsystemPaths::ns_mu_; written by connect_path() and refresh_ana_now().
+  std::shared_ptr<const AnaLog> ana_log;
+  const PathEndpoint* ana_log_of = nullptr;
   mutable std::mutex error_mu;
   std::string last_connect_error;  ///< guarded by error_mu: why the last (re)connect failed
 };
@@ -373,7 +378,10 @@ class Lane final : public QueuePairListener {
 /// outlive every lane and timer). `opts_`, `max_transfer_`, `paths_` (the vector), `lanes_`,
 /// `topology_`, `placement_` and `node_lanes_` are written by open() before any lane runs or
 /// any volume is bound (`open_mu_`, whose release publishes them) and only read afterwards.
-/// `bound_` is guarded by `ns_mu_`.
+/// `bound_` and each path's ANA log copy (SharedPath::ana_log) are guarded by `ns_mu_`: a
+/// refresh stores its log and takes the volumes to update in one critical section, and a bind
+/// reads the copy and sets the state in one, so a volume being bound never keeps an older state
+/// than the volumes already bound.
 /// `machine_` and `timers_` belong to the control loop (the control plane's io_context thread);
 /// the connect pool runs blocking work (connects, CCRs, admin reads) and reports back to that
 /// loop by posting, never touching the machine itself. `timeline_` is guarded by

@@ -418,6 +418,39 @@ TEST_CASE("a namespace that does not exist fails its open and disturbs nothing",
   CHECK((*keep)->stats().timeline.empty());
 }
 
+TEST_CASE("a namespace bound on connected controllers takes their current ANA state", "[engine][ana]") {
+  // The second volume's ANA state comes from the controller's newest ANA log (read at its connect
+  // or its last refresh), not from a read of its own: it must be the state after a change.
+  Rig rig;
+  auto host = make_host(1);
+  auto first = Volume::open(host, rig.steady_options(1));
+  REQUIRE(first);
+  CHECK((*first)->stats().paths[1].ana_state == AnaState::optimized);
+  rig.target->set_ana_state(1, AnaState::inaccessible);
+  REQUIRE(test::wait_until([&] { return (*first)->stats().paths[1].ana_state == AnaState::inaccessible; }));
+  auto second = Volume::open(host, rig.steady_options(2));
+  REQUIRE(second);
+  CHECK(host->stats().subsystems == 1);
+  CHECK((*second)->stats().paths[1].ana_state == AnaState::inaccessible);
+  CHECK((*second)->stats().paths[0].ana_state == AnaState::optimized);
+  // And back: both volumes follow, and one opened now sees it too.
+  rig.target->set_ana_state(1, AnaState::optimized);
+  REQUIRE(test::wait_until([&] { return (*second)->stats().paths[1].ana_state == AnaState::optimized; }));
+  auto third = Volume::open(host, rig.steady_options(3));
+  REQUIRE(third);
+  CHECK((*third)->stats().paths[1].ana_state == AnaState::optimized);
+  CHECK((*first)->stats().paths[1].ana_state == AnaState::optimized);
+  // Every volume's I/O goes by those states: verified data on all three.
+  test::VerifiedWorkload w1(**first, 4), w3(**third, 4);
+  w1.start();
+  w3.start();
+  REQUIRE(test::wait_until([&] { return w1.completed() >= 100 && w3.completed() >= 100; }));
+  REQUIRE(w1.finish(15s));
+  REQUIRE(w3.finish(15s));
+  check_clean(w1, "first volume");
+  check_clean(w3, "third volume");
+}
+
 TEST_CASE("a passthrough path needs an engine with big ring entries", "[engine]") {
   auto host = make_host(1);
   VolumeOptions vo;
