@@ -103,6 +103,29 @@ void add_sample(MetricFamily& f, const std::map<std::string, std::string>& label
   f.metric.push_back(std::move(m));
 }
 
+namespace {
+
+// One family per row of `table`, one sample per item (labelled by `labels(item)`).
+template <typename Stats>
+struct FieldMetric {
+  const char* name;
+  const char* help;
+  MetricType type;
+  double (*value)(const Stats&);
+};
+
+template <typename Stats, size_t N, typename Labels>
+void add_field_families(std::vector<MetricFamily>& out, const FieldMetric<Stats> (&table)[N],
+                        const std::vector<Stats>& items, Labels labels) {
+  for (const auto& m : table) {
+    auto f = metric_family(m.name, m.help, m.type);
+    for (const auto& it : items) add_sample(f, labels(it), m.value(it));
+    out.push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
 std::vector<MetricFamily> volume_families(const std::string& volume, const VolumeStats& s,
                                           const LatencyHistogram& latency) {
   std::vector<MetricFamily> out;
@@ -164,13 +187,7 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
     out.push_back(std::move(f));
   }
 
-  struct PathMetric {
-    const char* name;
-    const char* help;
-    MetricType type;
-    double (*value)(const PathStats&);
-  };
-  static const PathMetric kPath[] = {
+  static const FieldMetric<PathStats> kPath[] = {
       {"nvmeof_path_state", "Path state: 0 connecting, 1 live, 2 failed, 3 fenced", MetricType::Gauge,
        [](const PathStats& p) { return state_code(p.state); }},
       {"nvmeof_path_ana_state",
@@ -193,20 +210,15 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
       {"nvmeof_path_reconnects_total", "Times the path was reconnected", MetricType::Counter,
        [](const PathStats& p) { return static_cast<double>(p.reconnects); }},
   };
-  for (const auto& pm : kPath) {
-    auto f = metric_family(pm.name, pm.help, pm.type);
-    for (const auto& p : s.paths)
-      add_sample(f,
-                 {{"volume", volume},
-                  {"path", std::to_string(p.index)},
-                  {"transport", p.transport},
-                  {"traddr", p.traddr},
-                  {"trsvcid", p.trsvcid},
-                  {"ana_group", std::to_string(p.ana_group)},
-                  {"numa_node", std::to_string(p.numa_node)}},
-                 pm.value(p));
-    out.push_back(std::move(f));
-  }
+  add_field_families(out, kPath, s.paths, [&](const PathStats& p) -> std::map<std::string, std::string> {
+    return {{"volume", volume},
+            {"path", std::to_string(p.index)},
+            {"transport", p.transport},
+            {"traddr", p.traddr},
+            {"trsvcid", p.trsvcid},
+            {"ana_group", std::to_string(p.ana_group)},
+            {"numa_node", std::to_string(p.numa_node)}};
+  });
   return out;
 }
 
@@ -234,13 +246,7 @@ std::vector<MetricFamily> host_families(const HostStats& s) {
     out.push_back(std::move(cpu));
     out.push_back(std::move(wake));
   }
-  struct ControllerMetric {
-    const char* name;
-    const char* help;
-    MetricType type;
-    double (*value)(const HostControllerStats&);
-  };
-  static const ControllerMetric kController[] = {
+  static const FieldMetric<HostControllerStats> kController[] = {
       {"nvmeof_controller_state", "Controller (path) state: 0 connecting, 1 live, 2 failed, 3 fenced",
        MetricType::Gauge, [](const HostControllerStats& c) { return state_code(c.state); }},
       {"nvmeof_controller_volumes", "Volumes (namespaces) open on the controller", MetricType::Gauge,
@@ -254,13 +260,10 @@ std::vector<MetricFamily> host_families(const HostStats& s) {
       {"nvmeof_controller_reconnects_total", "Times the controller was reconnected", MetricType::Counter,
        [](const HostControllerStats& c) { return static_cast<double>(c.reconnects); }},
   };
-  for (const auto& cm : kController) {
-    auto f = metric_family(cm.name, cm.help, cm.type);
-    for (const auto& c : s.controllers)
-      add_sample(f, {{"subnqn", c.subnqn}, {"address", c.address}, {"cntlid", std::to_string(c.cntlid)}},
-                 cm.value(c));
-    out.push_back(std::move(f));
-  }
+  add_field_families(out, kController, s.controllers,
+                     [](const HostControllerStats& c) -> std::map<std::string, std::string> {
+                       return {{"subnqn", c.subnqn}, {"address", c.address}, {"cntlid", std::to_string(c.cntlid)}};
+                     });
   return out;
 }
 
