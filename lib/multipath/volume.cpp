@@ -207,37 +207,32 @@ Result<void> SubsystemPaths::bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoin
     }
     if (!nsid) return Errc::namespace_mismatch;
   }
-  const bool has_ana = ctrl.info().anacap != 0 || ctrl.info().cmic & 0x8;
-  std::optional<AnaLog> own;
-  if (!log && has_ana) {
+  auto state_in = [&](const AnaLog* l) {
+    const AnaGroup* g = l ? l->group(info.anagrpid) : nullptr;
+    return g ? g->state : AnaState::optimized;
+  };
+  auto set = [&](AnaState ana) {
+    if (first) ns.info = info;
+    on.anagrpid.store(info.anagrpid);
+    on.ana.store(ana);
+  };
+  if (log || (ctrl.info().anacap == 0 && !(ctrl.info().cmic & 0x8))) {
+    set(state_in(log));
+  } else {
     bool cached = false;
     {
       // The controller's newest log, read by its connect or its last refresh: the state every
       // volume already bound on it has. Set under the lock a refresh stores its log under.
       std::lock_guard lock(ns_mu_);
       if (sp.ana_log && sp.ana_log_of == &ctrl) {
+        set(state_in(sp.ana_log.get()));
         cached = true;
-        AnaState ana = AnaState::optimized;
-        if (const AnaGroup* g = sp.ana_log->group(info.anagrpid)) ana = g->state;
-        if (first) ns.info = info;
-        on.anagrpid.store(info.anagrpid);
-        on.ana.store(ana);
       }
     }
     if (!cached) {
-      if (auto l = ctrl.ana_log(); l) {
-        own = std::move(*l);
-        log = &*own;
-      }
+      auto l = ctrl.ana_log();
+      set(state_in(l ? &*l : nullptr));
     }
-  }
-  if (log || !has_ana) {
-    AnaState ana = AnaState::optimized;
-    if (log)
-      if (const AnaGroup* g = log->group(info.anagrpid)) ana = g->state;
-    if (first) ns.info = info;
-    on.anagrpid.store(info.anagrpid);
-    on.ana.store(ana);
   }
   on.nsid.store(nsid, std::memory_order_release);
   sp.probe_block_size.store(ns.info.block_size);
