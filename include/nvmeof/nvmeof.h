@@ -173,6 +173,10 @@ typedef struct nvmeof_host_options {
   const int* cpus;
   size_t ncpus;
   uint32_t sqe_size;    /* enum nvmeof_sqe_size, default NVMEOF_SQE_64 */
+  /* "ADDR:PORT" (port 0 picks one): serve the engine's Prometheus metrics over HTTP at /metrics
+   * (nvmeof_host_*, and nvmeof_controller_* once per controller). NULL (default): none. Read
+   * during nvmeof_host_create() only. */
+  const char* metrics_listen;
 } nvmeof_host_options;
 
 NVMEOF_API void nvmeof_host_options_init(nvmeof_host_options* opts);
@@ -181,10 +185,14 @@ NVMEOF_API void nvmeof_host_options_init(nvmeof_host_options* opts);
  * pool. The caller holds one reference, given back with nvmeof_host_close(); each volume opened
  * on it holds another. Any thread. -EINVAL for bad options (reactors 0 or above 256, an unknown
  * enum value, a negative CPU, cpus NULL with ncpus not 0, a struct_size smaller than this
- * header's); io_uring's errno when it is unavailable (-ENOSYS, -EPERM, -ENOMEM); -EAGAIN when a
+ * header's, a metrics_listen that is not ADDR:PORT); -EADDRINUSE when metrics_listen cannot be
+ * bound; io_uring's errno when it is unavailable (-ENOSYS, -EPERM, -ENOMEM); -EAGAIN when a
  * thread cannot be started. A CPU that does not exist or is not allowed leaves its reactor
  * unpinned (logged). */
 NVMEOF_API int nvmeof_host_create(const nvmeof_host_options* opts, nvmeof_host** out);
+/* The TCP port of the host's metrics endpoint (nvmeof_host_options.metrics_listen), 0 when it
+ * has none; -EINVAL for NULL. Any thread. */
+NVMEOF_API int nvmeof_host_metrics_port(const nvmeof_host* h);
 /* Gives back the caller's reference. Volumes opened on the host keep it running; its threads
  * stop when the last of them closes (or now, when none is open). Any thread but a reactor's (not
  * from inside a completion callback). In a forked child it only forgets the handle. -EINVAL for

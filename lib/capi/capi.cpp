@@ -441,6 +441,7 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
       if (o->cpus[i] < 0) return -EINVAL;
       ho.cpus.push_back(o->cpus[i]);
     }
+    if (o->metrics_listen) ho.metrics_listen = o->metrics_listen;
     auto made = Host::create(ho);
     if (!made) {
       detail::log_warning("nvmeof: host: %s", made.error().message().c_str());
@@ -456,6 +457,11 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
   } catch (const std::system_error& e) {
     return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
+}
+
+int nvmeof_host_metrics_port(const nvmeof_host* h) {
+  if (!h || !h->host) return -EINVAL;
+  return h->host->metrics_port();
 }
 
 int nvmeof_host_close(nvmeof_host* h) {

@@ -159,18 +159,21 @@ class Host:
     and a small pool for blocking work. Without one, volumes share the process's engine for
     their `reactors`; with `Volume(..., host=h)` they run on this one.
 
-    Host(reactors=1, poll="adaptive", placement="numa", cpus=None)
+    Host(reactors=1, poll="adaptive", placement="numa", cpus=None, metrics_listen=None)
     poll: "adaptive" (spin briefly while I/O is outstanding, sleep when idle), "busy" (never
     sleep: the lowest latency, a whole CPU per reactor) or "sleep".
     placement: "numa" (reactor i pinned to cpus[i % len(cpus)], or to CPUs spread over the
     nodes when cpus is None; memory on the reactor's node) or "unpinned".
+    metrics_listen: "ADDR:PORT" (port 0 picks one) serves the engine's Prometheus metrics at
+    /metrics (nvmeof_host_*, and nvmeof_controller_* once per controller); `metrics_port` is the
+    port bound.
 
     close() gives back this handle's reference: volumes opened on the host keep it running, and
     its threads stop when the last of them closes. Usable as a context manager.
     """
 
     def __init__(self, reactors: int = 1, poll: str = "adaptive", placement: str = "numa",
-                 cpus: Optional[Sequence[int]] = None):
+                 cpus: Optional[Sequence[int]] = None, metrics_listen: Optional[str] = None):
         if not 1 <= reactors <= 256:
             raise ValueError(f"nvmeof.Host: reactors must be in 1..256, got {reactors}")
         if poll not in _POLL:
@@ -183,7 +186,7 @@ class Host:
             raise ValueError(f"nvmeof.Host: cpus must be CPU numbers >= 0, got {cpu_list}")
         self._pid = os.getpid()
         self._h = None
-        self._h = _core.Host(reactors, _POLL[poll], _PLACEMENT[placement], cpu_list)
+        self._h = _core.Host(reactors, _POLL[poll], _PLACEMENT[placement], cpu_list, metrics_listen or "")
         self.poll: str = poll
         self.placement: str = placement
         self.cpus: Optional[List[int]] = cpu_list
@@ -228,6 +231,11 @@ class Host:
     @property
     def reactors(self) -> int:
         return self.stats()["reactors"]
+
+    @property
+    def metrics_port(self) -> int:
+        """The TCP port of the metrics endpoint (metrics_listen), 0 when there is none."""
+        return self._core().metrics_port()
 
     @property
     def threads(self) -> int:

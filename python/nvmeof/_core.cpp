@@ -54,12 +54,14 @@ class Bytes {
 // close() may come first.
 class PyHost {
  public:
-  PyHost(uint32_t reactors, uint32_t poll, uint32_t placement, const std::optional<std::vector<int>>& cpus) {
+  PyHost(uint32_t reactors, uint32_t poll, uint32_t placement, const std::optional<std::vector<int>>& cpus,
+         const std::string& metrics_listen) {
     nvmeof_host_options o;
     nvmeof_host_options_init(&o);
     o.reactors = reactors;
     o.poll = poll;
     o.placement = placement;
+    if (!metrics_listen.empty()) o.metrics_listen = metrics_listen.c_str();
     if (cpus && !cpus->empty()) {
       o.cpus = cpus->data();
       o.ncpus = cpus->size();
@@ -88,6 +90,8 @@ class PyHost {
     if (!host_) throw py::value_error("nvmeof: the Host is closed");
     return host_;
   }
+
+  int metrics_port() const { return nvmeof_host_metrics_port(get()); }
 
   py::dict stats() const {
     nvmeof_host_stats s{};
@@ -338,8 +342,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("PLACEMENT_UNPINNED") = int(NVMEOF_PLACEMENT_UNPINNED);
 
   py::class_<PyHost>(m, "Host")
-      .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&>())
+      .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&, const std::string&>())
       .def("close", &PyHost::close)
+      .def("metrics_port", &PyHost::metrics_port)
       .def("stats", &PyHost::stats);
 
   py::class_<PyVolume>(m, "Volume")

@@ -323,7 +323,7 @@ static void test_host(const char* addr, const char* nqn) {
   nvmeof_host_options ho;
   nvmeof_host_options_init(&ho);
   CHECK(ho.reactors == 1 && ho.poll == NVMEOF_POLL_ADAPTIVE && ho.placement == NVMEOF_PLACEMENT_NUMA);
-  CHECK(ho.cpus == NULL && ho.ncpus == 0 && ho.sqe_size == NVMEOF_SQE_64);
+  CHECK(ho.cpus == NULL && ho.ncpus == 0 && ho.sqe_size == NVMEOF_SQE_64 && ho.metrics_listen == NULL);
   static const int cpus[] = {0, 1};
   ho.reactors = 2;
   ho.cpus = cpus; /* a CPU this process may not use leaves its reactor unpinned */
@@ -377,8 +377,19 @@ static void test_host(const char* addr, const char* nqn) {
   CHECK(nvmeof_host_stats_get(host, &small) == -EINVAL);
   CHECK(nvmeof_host_stats_get(NULL, &hs) == -EINVAL);
   CHECK(nvmeof_host_close(NULL) == -EINVAL);
+  CHECK(nvmeof_host_metrics_port(host) == 0); /* no metrics_listen */
+  CHECK(nvmeof_host_metrics_port(NULL) == -EINVAL);
   nvmeof_host* h2 = (nvmeof_host*)1;
   nvmeof_host_options bo = ho;
+  bo.metrics_listen = "nonsense";
+  CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
+  CHECK(h2 == NULL);
+  bo.metrics_listen = "127.0.0.1:0";
+  REQUIRE(nvmeof_host_create(&bo, &h2) == 0);
+  CHECK(nvmeof_host_metrics_port(h2) > 0); /* its own endpoint, on a port the kernel picked */
+  CHECK(nvmeof_host_close(h2) == 0);
+  h2 = (nvmeof_host*)1;
+  bo = ho;
   bo.reactors = 0;
   CHECK(nvmeof_host_create(&bo, &h2) == -EINVAL);
   CHECK(h2 == NULL);

@@ -168,3 +168,31 @@ def test_fork(target2):
         assert h.volumes == 1
         v.pread(bytearray(BS), 0)
     h.close()
+
+
+def test_host_metrics_one_sample_per_controller(target2):
+    """Host(metrics_listen=...) serves the engine's Prometheus metrics: two volumes of one
+    subsystem over two paths show two controllers, each with both volumes on it."""
+    import urllib.request
+
+    with pytest.raises(ValueError, match="cannot start the host"):
+        nvmeof.Host(metrics_listen="nonsense")
+    with nvmeof.Host(placement="unpinned", metrics_listen="127.0.0.1:0") as h:
+        port = h.metrics_port
+        assert port > 0
+        with open_on(h, target2, 1) as a, open_on(h, target2, 2) as b:
+            a.pwrite(pattern(BS, 11), 60 * BS)
+            b.pwrite(pattern(BS, 12), 60 * BS)
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            lines = [l for l in body.splitlines() if l and not l.startswith("#")]
+            assert "nvmeof_host_volumes 2" in lines
+            assert "nvmeof_host_subsystems 1" in lines
+            state = [l for l in lines if l.startswith("nvmeof_controller_state{")]
+            vols = [l for l in lines if l.startswith("nvmeof_controller_volumes{")]
+            assert len(state) == 2 and all(l.endswith(" 1") for l in state)  # both live
+            assert len(vols) == 2 and all(l.endswith(" 2") for l in vols)
+            ios = sum(float(l.rsplit(" ", 1)[1]) for l in lines
+                      if l.startswith("nvmeof_controller_io_completed_total{"))
+            assert ios >= 2  # the two writes, counted by the controllers that carried them
+    with nvmeof.Host() as plain:
+        assert plain.metrics_port == 0
