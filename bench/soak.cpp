@@ -1,5 +1,7 @@
 // nvmeof-soak: a verified mixed workload (nvmeof-bench's engine) over three paths of an embedded
-// target while random faults hit random paths every 0.2-2 s (--fault-min-ms/--fault-max-ms):
+// target, on one volume or on every namespace of several subsystems (--subsystems, --namespaces:
+// one engine, one workload per volume, the faults hitting the ports every volume shares), while
+// random faults hit random paths every 0.2-2 s (--fault-min-ms/--fault-max-ms):
 // connection resets, partitions, ANA flips (inaccessible, change), slow paths, paths failing
 // every command, and now and then all paths down at once and back. Outside those all-down windows
 // at least one path the volume reports live and usable is never faulted. At the end every path is
@@ -481,15 +483,120 @@ bool usable(const PathStats& p) {
   return p.state == PathState::live && (p.ana_state == AnaState::optimized || p.ana_state == AnaState::non_optimized);
 }
 
+// The soak's volumes (--subsystems x --namespaces, on one engine) and one workload on each, seen
+// as one: the chaos, the waits and the report need the whole set. Main thread only.
+class Fleet {
+ public:
+  void add(Volume& v, Workload& w) { items_.push_back({&v, &w}); }
+  size_t size() const { return items_.size(); }
+  Volume& volume(size_t i) const { return *items_[i].v; }
+
+  void start(Phase p) { for (auto& i : items_) i.w->start(p); }
+  void request_stop() noexcept { for (auto& i : items_) i.w->request_stop(); }
+  void service() noexcept { for (auto& i : items_) i.w->service(); }
+  unsigned active() const noexcept {
+    unsigned n = 0;
+    for (const auto& i : items_) n += i.w->active();
+    return n;
+  }
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    bool ok = true;
+    for (auto& i : items_) ok = i.w->wait_idle(timeout) && ok;
+    return ok;
+  }
+  void set_window(bool open) noexcept { for (auto& i : items_) i.w->set_window(open); }
+  void mark_fault(uint64_t ns) noexcept { for (auto& i : items_) i.w->mark_fault(ns); }
+  void set_stall_threshold(uint64_t ns) noexcept { for (auto& i : items_) i.w->set_stall_threshold(ns); }
+  void set_stall_bins(uint64_t origin_ns, uint64_t bin_ns, size_t bins) {
+    for (auto& i : items_) i.w->set_stall_bins(origin_ns, bin_ns, bins);
+  }
+  std::vector<InFlight> in_flight() const {
+    std::vector<InFlight> out;
+    for (const auto& i : items_) {
+      auto f = i.w->in_flight();
+      out.insert(out.end(), f.begin(), f.end());
+    }
+    return out;
+  }
+  /// The fewest usable paths any volume has: a window closes only when every volume has one.
+  unsigned usable_paths() const {
+    unsigned n = ~0u;
+    for (const auto& i : items_) n = std::min(n, static_cast<unsigned>(i.v->usable_paths()));
+    return items_.empty() ? 0 : n;
+  }
+  /// Path p is live and ANA-accessible in every volume (the paths are listed in the same order).
+  bool path_usable(size_t p) const {
+    for (const auto& i : items_) {
+      const VolumeStats st = i.v->stats();
+      if (p >= st.paths.size() || !usable(st.paths[p])) return false;
+    }
+    return true;
+  }
+  bool all_usable() const {
+    for (const auto& i : items_) {
+      const VolumeStats st = i.v->stats();
+      if (!std::all_of(st.paths.begin(), st.paths.end(), [](const PathStats& p) { return usable(p); })) return false;
+    }
+    return true;
+  }
+  /// Every workload's totals of `phase`, as one run's.
+  PhaseTotals totals(Phase phase) const {
+    PhaseTotals t;
+    bool first = true;
+    for (const auto& i : items_) {
+      const PhaseTotals x = i.w->totals(phase);
+      for (auto [to, from] : {std::pair{&t.read, &x.read}, std::pair{&t.write, &x.write}}) {
+        to->ios += from->ios;
+        to->bytes += from->bytes;
+        to->latency.merge(from->latency);
+      }
+      for (size_t k = 0; k < 2; ++k) {
+        t.read_window[k].merge(x.read_window[k]);
+        t.write_window[k].merge(x.write_window[k]);
+      }
+      t.stalls_outside += x.stalls_outside;
+      t.stall_examples.insert(t.stall_examples.end(), x.stall_examples.begin(), x.stall_examples.end());
+      if (t.stall_bins.size() < x.stall_bins.size()) t.stall_bins.resize(x.stall_bins.size());
+      for (size_t b = 0; b < x.stall_bins.size(); ++b) t.stall_bins[b] += x.stall_bins[b];
+      t.errors += x.errors;
+      t.mismatches += x.mismatches;
+      t.verified_blocks += x.verified_blocks;
+      t.start_ns = first ? x.start_ns : std::min(t.start_ns, x.start_ns);
+      t.end_ns = std::max(t.end_ns, x.end_ns);
+      t.max_latency_after_fault_ns = std::max(t.max_latency_after_fault_ns, x.max_latency_after_fault_ns);
+      t.max_gap_after_fault_ns = std::max(t.max_gap_after_fault_ns, x.max_gap_after_fault_ns);
+      for (const ErrorCount& e : x.error_counts) {
+        auto same = std::find_if(t.error_counts.begin(), t.error_counts.end(), [&](const ErrorCount& c) {
+          return c.status == e.status && c.submit_rc == e.submit_rc;
+        });
+        if (same == t.error_counts.end()) t.error_counts.push_back(e);
+        else same->count += e.count;
+      }
+      t.mismatch_examples.insert(t.mismatch_examples.end(), x.mismatch_examples.begin(), x.mismatch_examples.end());
+      first = false;
+    }
+    std::sort(t.stall_examples.begin(), t.stall_examples.end(),
+              [](const Stall& a, const Stall& b) { return a.at_ns < b.at_ns; });
+    return t;
+  }
+
+ private:
+  struct Item {
+    Volume* v;
+    Workload* w;
+  };
+  std::vector<Item> items_;
+};
+
 // Picks and undoes the faults. Main thread only (the target's fault calls are thread-safe).
 class ChaosDriver {
  public:
-  ChaosDriver(FaultTarget& t, Volume& v, Workload& w, size_t paths, uint64_t seed, int min_ms, int max_ms)
-      : t_(t), v_(v), w_(w), paths_(paths), rng_(seed), min_ms_(min_ms), max_ms_(max_ms), until_(paths, 0) {}
+  ChaosDriver(FaultTarget& t, Fleet& w, size_t paths, uint64_t seed, int min_ms, int max_ms)
+      : t_(t), w_(w), paths_(paths), rng_(seed), min_ms_(min_ms), max_ms_(max_ms), until_(paths, 0) {}
 
   void tick(uint64_t now) {
     // An all-down window lasts from the faults until a path is usable again after their heal.
-    if (window_open_ && !all_down_ && v_.usable_paths() > 0) close_window(now);
+    if (window_open_ && !all_down_ && w_.usable_paths() > 0) close_window(now);
     for (size_t p = 0; p < paths_; ++p)
       if (until_[p] && now >= until_[p]) heal(p);
     if (all_down_ && std::none_of(until_.begin(), until_.end(), [](uint64_t u) { return u != 0; })) {
@@ -518,10 +625,9 @@ class ChaosDriver {
       next_ = std::max(next_, back + ms(min_ms_, std::max(min_ms_, max_ms_ / 2)));
       return;
     }
-    const VolumeStats st = v_.stats();
     std::vector<size_t> healthy;
     for (size_t p = 0; p < paths_; ++p)
-      if (!until_[p] && p < st.paths.size() && usable(st.paths[p])) healthy.push_back(p);
+      if (!until_[p] && w_.path_usable(p)) healthy.push_back(p);
     if (healthy.size() <= 1) return;  // keep the last path serving
     const size_t p = healthy[std::uniform_int_distribution<size_t>(0, healthy.size() - 1)(rng_)];
     const auto kind = static_cast<Chaos>(std::uniform_int_distribution<int>(0, 5)(rng_));
@@ -555,7 +661,7 @@ class ChaosDriver {
   }
   /// After heal_all(): closes an open window once a path is usable (the caller waits for that).
   void settle(uint64_t now) {
-    if (window_open_ && v_.usable_paths() > 0) close_window(now);
+    if (window_open_ && w_.usable_paths() > 0) close_window(now);
   }
   const std::array<uint64_t, kChaosKinds>& counts() const { return counts_; }
   uint64_t windows() const { return windows_; }
@@ -595,8 +701,7 @@ class ChaosDriver {
   }
 
   FaultTarget& t_;
-  Volume& v_;
-  Workload& w_;
+  Fleet& w_;
   size_t paths_;
   std::mt19937_64 rng_;
   int min_ms_, max_ms_;
@@ -617,7 +722,8 @@ class ExternalTarget {
   ~ExternalTarget() { stop(); }
   /// Starts `binary` with `ports` ports on 127.0.0.1 and a control socket in a fresh directory,
   /// and reads the bound ports from its --json line. False with a message on stderr otherwise.
-  bool start(const std::string& binary, unsigned ports, uint64_t size_mib, const char* nqn) {
+  bool start(const std::string& binary, unsigned ports, uint64_t size_mib, const char* nqn, unsigned subsystems,
+             unsigned namespaces) {
     char dir[] = "/tmp/nvmeof-soak-XXXXXX";
     if (!::mkdtemp(dir)) {
       std::perror("nvmeof-soak: mkdtemp");
@@ -626,7 +732,9 @@ class ExternalTarget {
     dir_ = dir;
     control_ = dir_ + "/control.sock";
     std::vector<std::string> args{binary, "--json", "--poll", "sleep", "--nqn", nqn, "--size",
-                                  std::to_string(size_mib) + "M", "--control", control_};
+                                  std::to_string(size_mib) + "M", "--control", control_,
+                                  "--subsystems", std::to_string(subsystems), "--namespaces",
+                                  std::to_string(namespaces)};
     for (unsigned i = 0; i < ports; ++i) {
       args.push_back("--listen");
       args.push_back("127.0.0.1:0");
@@ -707,6 +815,11 @@ class ExternalTarget {
   std::vector<std::string> addresses_;
 };
 
+// The NQN of subsystem i of n, as nvmeof-target --subsystems names them.
+std::string subsystem_nqn(unsigned i, unsigned n) {
+  return n > 1 ? std::string(kNqn) + "-" + std::to_string(i + 1) : std::string(kNqn);
+}
+
 // nvmeof-target beside this binary's build directory: build/bench/nvmeof-soak ->
 // build/tools/nvmeof-target.
 std::string default_target_binary(const char* argv0) {
@@ -719,7 +832,7 @@ std::string default_target_binary(const char* argv0) {
   return dir + "/../tools/nvmeof-target";
 }
 
-void print_in_flight(const Workload& work, const Volume& v) {
+void print_in_flight(const Fleet& work) {
   std::vector<InFlight> f = work.in_flight();
   std::sort(f.begin(), f.end(), [](const InFlight& a, const InFlight& b) { return a.age_ns > b.age_ns; });
   std::fprintf(stderr, "nvmeof-soak:   %zu I/Os in flight (workload count %u)\n", f.size(), work.active());
@@ -727,12 +840,12 @@ void print_in_flight(const Workload& work, const Volume& v) {
     std::fprintf(stderr, "nvmeof-soak:     slot %u %s LBA %llu+%u for %.1f ms%s\n", f[i].slot,
                  f[i].op == IoOp::read ? "read" : "write", static_cast<unsigned long long>(f[i].lba), f[i].nlb,
                  ms_of(f[i].age_ns), f[i].parked ? " (parked: ring full)" : "");
-  std::fprintf(stderr, "%s\n", to_text(v.stats()).c_str());
+  for (size_t i = 0; i < work.size(); ++i) std::fprintf(stderr, "%s\n", to_text(work.volume(i).stats()).c_str());
 }
 
 // Polls `done` (calling `step` between polls) until it holds or `timeout` passes; on timeout says
 // what it waited for and what is still in flight. Progress every 10 s while it waits.
-bool wait_for(const char* what, std::chrono::seconds timeout, const Workload& work, const Volume& v,
+bool wait_for(const char* what, std::chrono::seconds timeout, const Fleet& work,
               const std::function<bool()>& done, const std::function<void()>& step) {
   const uint64_t t0 = monotonic_ns();
   const uint64_t give_up = t0 + static_cast<uint64_t>(timeout.count()) * 1'000'000'000ull;
@@ -743,7 +856,7 @@ bool wait_for(const char* what, std::chrono::seconds timeout, const Workload& wo
     if (now > give_up) {
       std::fprintf(stderr, "nvmeof-soak: timed out after %lld s waiting for %s\n",
                    static_cast<long long>(timeout.count()), what);
-      print_in_flight(work, v);
+      print_in_flight(work);
       return false;
     }
     if (now > next_note) {
@@ -770,22 +883,29 @@ void print_histogram(const char* name, const LatencyHistogram& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"nvmeof-soak: a verified mixed workload over three paths under random faults"};
+  CLI::App app{"nvmeof-soak: a verified mixed workload over three paths under random faults, on one volume or many"};
   double minutes = 1;
   unsigned paths = 3, iodepth = 32, rwmixread = 70;
   uint32_t bs = 4096;
   uint64_t seed = 1, size_mib = 64;
   int fault_min_ms = 200, fault_max_ms = 2000;
   unsigned stall_ms = 50;
+  unsigned subsystems = 1, namespaces = 1;
   std::string malloc_info_path;
   bool target_process = false;
   std::string target_binary = default_target_binary(argv[0]);
   app.add_option("--minutes", minutes, "how long the faults run")->check(CLI::Range(0.05, 1440.0));
   app.add_option("--paths", paths, "ports of the embedded target")->check(CLI::Range(2u, 8u));
-  app.add_option("--iodepth", iodepth, "I/Os in flight")->check(CLI::Range(1u, 1024u));
+  app.add_option("--iodepth", iodepth, "I/Os in flight in all (split evenly over the volumes, at least one each)")
+      ->check(CLI::Range(1u, 1024u));
+  app.add_option("--subsystems", subsystems,
+                 "subsystems of the target, each over every port; one engine opens every namespace of each")
+      ->check(CLI::Range(1u, 8u));
+  app.add_option("--namespaces", namespaces, "namespaces per subsystem, each a volume with its own workload")
+      ->check(CLI::Range(1u, 16u));
   app.add_option("--bs", bs, "bytes per I/O, a multiple of 4096")->check(CLI::Range(4096u, 1u << 20));
   app.add_option("--rwmixread", rwmixread, "percent of reads")->check(CLI::Range(0u, 100u));
-  app.add_option("--size-mib", size_mib, "working set")->check(CLI::Range(1ull, 1024ull));
+  app.add_option("--size-mib", size_mib, "working set of each volume (the size of each namespace)")->check(CLI::Range(1ull, 1024ull));
   app.add_option("--seed", seed, "seed of the fault schedule and the workload");
   app.add_option("--fault-min-ms", fault_min_ms, "shortest gap between faults, and shortest fault")
       ->check(CLI::Range(5, 60000));
@@ -820,7 +940,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<FaultTarget> faults;
   std::vector<std::string> addresses;
   if (target_process) {
-    if (!external.start(target_binary, paths, size_mib, kNqn)) return 1;
+    if (!external.start(target_binary, paths, size_mib, kNqn, subsystems, namespaces)) return 1;
     std::string err;
     faults = remote_fault_target(external.control(), paths - 1, err);
     if (!faults) {
@@ -831,8 +951,16 @@ int main(int argc, char** argv) {
   } else {
     TargetOptions to;
     to.ports.assign(paths, TargetPort{"127.0.0.1", "0", AnaState::optimized});
-    to.subsystems[0].nqn = kNqn;
-    to.subsystems[0].namespaces[0].size_bytes = size_mib << 20;
+    to.subsystems.resize(subsystems);
+    for (unsigned i = 0; i < subsystems; ++i) {
+      to.subsystems[i] = to.subsystems[0];
+      to.subsystems[i].nqn = subsystem_nqn(i, subsystems);
+      to.subsystems[i].namespaces.resize(namespaces, to.subsystems[0].namespaces[0]);
+      for (unsigned n = 0; n < namespaces; ++n) {
+        to.subsystems[i].namespaces[n].nsid = n + 1;
+        to.subsystems[i].namespaces[n].size_bytes = size_mib << 20;
+      }
+    }
     auto target = Target::start(to);
     if (!target) {
       std::fprintf(stderr, "nvmeof-soak: cannot start the embedded target: %s\n", target.error().message().c_str());
@@ -842,27 +970,39 @@ int main(int argc, char** argv) {
     faults = local_fault_target(*embedded);
     for (size_t i = 0; i < paths; ++i) addresses.push_back(embedded->port_address(i));
   }
-  VolumeOptions vo;
-  for (size_t i = 0; i < paths; ++i) vo.paths.push_back(*TransportAddress::parse(addresses[i]));
-  vo.connect.subnqn = kNqn;
-  vo.connect.kato_ms = kKatoShortest;
-  auto vol = Volume::open(vo);
-  if (!vol) {
-    std::fprintf(stderr, "nvmeof-soak: cannot open the volume: %s\n", vol.error().message().c_str());
+  // One engine for every volume: they share its reactor and, per subsystem, its controllers.
+  auto host = Host::create();
+  if (!host) {
+    std::fprintf(stderr, "nvmeof-soak: cannot start the engine: %s\n", host.error().message().c_str());
     return 1;
   }
-  Volume& v = **vol;
+  const unsigned volumes = subsystems * namespaces;
+  auto vols = std::make_unique<std::vector<std::unique_ptr<Volume>>>();
+  for (unsigned i = 0; i < subsystems; ++i)
+    for (unsigned n = 1; n <= namespaces; ++n) {
+      VolumeOptions vo;
+      for (size_t p = 0; p < paths; ++p) vo.paths.push_back(*TransportAddress::parse(addresses[p]));
+      vo.connect.subnqn = subsystem_nqn(i, subsystems);
+      vo.connect.kato_ms = kKatoShortest;
+      vo.nsid = n;
+      auto vol = Volume::open(*host, vo);
+      if (!vol) {
+        std::fprintf(stderr, "nvmeof-soak: cannot open namespace %u of %s: %s\n", n, vo.connect.subnqn.c_str(),
+                     vol.error().message().c_str());
+        return 1;
+      }
+      vols->push_back(std::move(*vol));
+    }
+  const Volume& v0 = *vols->front();
 
   WorkloadConfig cfg;
   cfg.rw = RwMode::randrw;
   cfg.rwmixread = rwmixread;
-  cfg.block_size = v.block_size();
-  cfg.unit_blocks = bs / v.block_size();
+  cfg.block_size = v0.block_size();
+  cfg.unit_blocks = bs / v0.block_size();
   cfg.units = (size_mib << 20) / bs;
-  cfg.iodepth = iodepth;
+  cfg.iodepth = std::max(1u, iodepth / volumes);
   cfg.verify = true;
-  cfg.seed = seed;
-  cfg.run_id = mix64(monotonic_ns() ^ seed);
   bool drained = true;
   uint64_t target_rss_start = 0;
   PhaseTotals prefill, timed, final_check;
@@ -871,18 +1011,24 @@ int main(int argc, char** argv) {
   constexpr uint64_t kSampleNs = 10'000'000'000ull;
   uint64_t windows = 0, window_total_ns = 0, window_longest_ns = 0, recovery_longest_ns = 0;
   std::array<uint64_t, kChaosKinds> counts{};
-  // Outlives the volume: should a wait time out, I/O still in flight completes (with an error,
-  // when the volume closes) into a live Workload, which then no longer resubmits.
-  auto work_owner = std::make_unique<Workload>(v, cfg);
+  // Outlive the volumes: should a wait time out, I/O still in flight completes (with an error,
+  // when its volume closes) into a live Workload, which then no longer resubmits.
+  std::vector<std::unique_ptr<Workload>> work_owner;
+  Fleet work;
+  for (unsigned i = 0; i < volumes; ++i) {
+    cfg.seed = seed + i;
+    cfg.run_id = mix64(monotonic_ns() ^ cfg.seed);
+    work_owner.push_back(std::make_unique<Workload>(*(*vols)[i], cfg));
+    work.add(*(*vols)[i], *work_owner.back());
+  }
   {
-    Workload& work = *work_owner;
     work.set_stall_threshold(uint64_t{stall_ms} * 1'000'000ull);
-    ChaosDriver chaos(*faults, v, work, paths, seed, fault_min_ms, fault_max_ms);
+    ChaosDriver chaos(*faults, work, paths, seed, fault_min_ms, fault_max_ms);
     auto service = [&work] { work.service(); };
     auto idle = [&work] { return work.active() == 0; };
     std::fprintf(stderr, "nvmeof-soak: prefilling %llu MiB\n", static_cast<unsigned long long>(size_mib));
     work.start(Phase::prefill);
-    drained = wait_for("the prefill (every block written once, no faults)", std::chrono::seconds(300), work, v,
+    drained = wait_for("the prefill (every block written once, no faults)", std::chrono::seconds(300), work,
                        idle, service) &&
               work.wait_idle(std::chrono::milliseconds(0));
     prefill = work.totals(Phase::prefill);
@@ -924,7 +1070,7 @@ int main(int argc, char** argv) {
             stall_quiet_until = now + 10'000'000'000ull;
             std::fprintf(stderr, "nvmeof-soak: %.3f s: a read outside the windows has been in flight for %.0f ms\n",
                          static_cast<double>(now - t0) / 1e9, ms_of(oldest));
-            print_in_flight(work, v);
+            print_in_flight(work);
           }
         }
         if (now >= next_sample) {
@@ -948,21 +1094,19 @@ int main(int argc, char** argv) {
       work.request_stop();
       std::fprintf(stderr, "nvmeof-soak: faults healed; draining the timed phase\n");
       drained = wait_for("the timed phase's I/O to finish after the faults were healed", std::chrono::seconds(60),
-                         work, v, idle, [&] { work.service(); chaos.settle(monotonic_ns()); }) &&
+                         work, idle, [&] { work.service(); chaos.settle(monotonic_ns()); }) &&
                 work.wait_idle(std::chrono::milliseconds(0));
       timed = work.totals(Phase::timed);
     }
     // Every path back before the last figures: their connections are part of the steady state.
-    const bool all_live = wait_for("every path live again", std::chrono::seconds(30), work, v, [&v] {
-      const VolumeStats st = v.stats();
-      return std::all_of(st.paths.begin(), st.paths.end(), [](const PathStats& p) { return usable(p); });
-    }, [&] { chaos.settle(monotonic_ns()); });
+    const bool all_live = wait_for("every path live again", std::chrono::seconds(30), work,
+                                   [&work] { return work.all_usable(); }, [&] { chaos.settle(monotonic_ns()); });
     chaos.settle(monotonic_ns());
     if (!all_live) std::fprintf(stderr, "nvmeof-soak: reading back over the paths that are live\n");
     if (drained) {
       std::fprintf(stderr, "nvmeof-soak: reading back the whole working set\n");
       work.start(Phase::final_check);
-      drained = wait_for("the final read-back of the working set", std::chrono::seconds(300), work, v, idle,
+      drained = wait_for("the final read-back of the working set", std::chrono::seconds(300), work, idle,
                          service) &&
                 work.wait_idle(std::chrono::milliseconds(0));
       final_check = work.totals(Phase::final_check);
@@ -977,18 +1121,21 @@ int main(int argc, char** argv) {
     recovery_longest_ns = chaos.recovery_longest_ns();
     counts = chaos.counts();
   }
-  const VolumeStats st = v.stats();
+  std::vector<VolumeStats> stats;
+  for (const auto& vol : *vols) stats.push_back(vol->stats());
+  const HostStats host_stats = (*host)->stats();
   // Idle now: any command still outstanding on a path is one the library lost track of.
   uint64_t outstanding = 0;
-  for (const PathStats& p : st.paths) outstanding += p.outstanding;
+  for (const VolumeStats& st : stats)
+    for (const PathStats& p : st.paths) outstanding += p.outstanding;
   // Closing waits for the pieces still in flight inside the library (bounded by no_path_timeout):
   // with everything completed it takes milliseconds; seconds mean a piece that never finished.
-  std::fprintf(stderr, "nvmeof-soak: closing the volume\n");
-  work_owner->request_stop();
+  std::fprintf(stderr, "nvmeof-soak: closing the volumes\n");
+  work.request_stop();
   const uint64_t close_t0 = monotonic_ns();
-  vol->reset();
+  vols.reset();
   const uint64_t close_ns = monotonic_ns() - close_t0;
-  work_owner.reset();
+  work_owner.clear();
   const bool close_ok = close_ns < 2'000'000'000ull && outstanding == 0;
   IoTracer::instance().stop();
   const uint64_t target_rss_end = external.rss_kib();
@@ -997,8 +1144,10 @@ int main(int argc, char** argv) {
 
   const uint64_t errors = prefill.errors + timed.errors + final_check.errors;
   const uint64_t mismatches = prefill.mismatches + timed.mismatches + final_check.mismatches;
-  std::printf("soak: %.1f min, %u paths, randrw %u%% reads, %u B, QD %u, seed %llu, faults every %d-%d ms\n", minutes,
-              paths, rwmixread, bs, iodepth, static_cast<unsigned long long>(seed), fault_min_ms, fault_max_ms);
+  std::printf("soak: %.1f min, %u paths, %u volumes (%u subsystems x %u namespaces) on one engine, randrw %u%% reads, "
+              "%u B, QD %u per volume, seed %llu, faults every %d-%d ms\n",
+              minutes, paths, volumes, subsystems, namespaces, rwmixread, bs, cfg.iodepth,
+              static_cast<unsigned long long>(seed), fault_min_ms, fault_max_ms);
   std::printf("faults:");
   for (size_t k = 0; k < kChaosKinds; ++k)
     std::printf(" %s %llu", kChaosNames[k], static_cast<unsigned long long>(counts[k]));
@@ -1141,14 +1290,24 @@ int main(int argc, char** argv) {
   }
   std::printf("  %6.0f %6.2f %8llu %8llu %4u (end)\n", last.at_s, last.load,
               static_cast<unsigned long long>(last.rss_kib), static_cast<unsigned long long>(last.heap_kib), last.fds);
-  std::printf("failover timeline: %zu events kept by the volume, %llu older ones let go\n", st.timeline.size(),
-              static_cast<unsigned long long>(st.timeline_dropped));
-  std::printf("paths:");
-  for (const PathStats& p : st.paths)
-    std::printf(" [%d ios %llu failovers %llu reconnects %llu hedges %llu]", p.index,
-                static_cast<unsigned long long>(p.ios), static_cast<unsigned long long>(p.failovers),
-                static_cast<unsigned long long>(p.reconnects), static_cast<unsigned long long>(p.hedges));
-  std::printf("\nclosing the volume took %.1f ms, %llu commands outstanding on its paths when idle%s\n",
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const VolumeStats& st = stats[i];
+    std::printf("volume %zu: %zu failover events kept, %llu older let go; paths:", i, st.timeline.size(),
+                static_cast<unsigned long long>(st.timeline_dropped));
+    for (const PathStats& p : st.paths)
+      std::printf(" [%d ios %llu failovers %llu reconnects %llu hedges %llu]", p.index,
+                  static_cast<unsigned long long>(p.ios), static_cast<unsigned long long>(p.failovers),
+                  static_cast<unsigned long long>(p.reconnects), static_cast<unsigned long long>(p.hedges));
+    std::printf("\n");
+  }
+  std::printf("engine: %u reactors, %u threads, %u volumes, %u subsystems, %zu controllers:", host_stats.reactors,
+              host_stats.threads, host_stats.volumes, host_stats.subsystems, host_stats.controllers.size());
+  for (const HostControllerStats& c : host_stats.controllers)
+    std::printf(" [%s %s: %u volumes, ios %llu, failovers %llu, reconnects %llu, keep-alives %llu]", c.subnqn.c_str(),
+                c.address.c_str(), c.volumes, static_cast<unsigned long long>(c.ios),
+                static_cast<unsigned long long>(c.failovers), static_cast<unsigned long long>(c.reconnects),
+                static_cast<unsigned long long>(c.keep_alives));
+  std::printf("\nclosing the volumes took %.1f ms, %llu commands outstanding on its paths when idle%s\n",
               ms_of(close_ns), static_cast<unsigned long long>(outstanding),
               close_ok ? "" : " (I/O the library never finished)");
   const bool failed = errors || mismatches || !drained || !close_ok;

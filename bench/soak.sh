@@ -7,6 +7,8 @@
 # I/O that never finished (every wait has a timeout that names what it waited for).
 # Not part of ./run test.
 #   bench/soak.sh MINUTES [build-dir] [nvmeof-soak flags...]     e.g. bench/soak.sh 30
+# Eight volumes on one engine (2 subsystems x 4 namespaces, the target in its own process):
+#   bench/soak.sh 30 build --subsystems 2 --namespaces 4 --size-mib 16 --target-process
 set -euo pipefail
 minutes=${1:?usage: bench/soak.sh MINUTES [build-dir] [nvmeof-soak flags...]}
 build=${2:-build}
