@@ -5,29 +5,16 @@
 //   coro_qd1 ADDR:PORT NQN COUNT     prints one JSON line: {"mean_us":..,"p50_us":..,"p99_us":..}
 #include <algorithm>
 #include <chrono>
-#include <coroutine>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <vector>
 
+#include "nvmeof/task.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace {
 
-struct Task {
-  struct promise_type {
-    std::promise<int> result;
-    Task get_return_object() { return Task{result.get_future()}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_value(int rc) { result.set_value(rc); }
-    void unhandled_exception() { result.set_exception(std::current_exception()); }
-  };
-  std::future<int> result;
-};
-
-Task reads(nvmeof::Volume& v, unsigned count, std::vector<double>& lat) {
+nvmeof::Task<int> reads(nvmeof::Volume& v, unsigned count, std::vector<double>& lat) {
   std::vector<char> buf(v.block_size());
   const uint64_t blocks = std::min<uint64_t>(v.size_blocks(), 4096);
   for (unsigned i = 0; i < count; ++i) {

@@ -3,32 +3,18 @@
 //   hello_nvmeof 127.0.0.1:4420 nqn.2024-01.io.nvmeof:target
 //
 // The reads and writes are coroutines: `co_await volume.write(...)` suspends until the
-// completion arrives and resumes on the volume's reactor thread.
-#include <coroutine>
+// completion arrives and resumes on the volume's reactor thread; nvmeof::Task (nvmeof/task.hpp)
+// hands the result to main().
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <vector>
 
+#include "nvmeof/task.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace {
 
-// The smallest coroutine type that can co_await a volume: it starts at once and hands its result
-// to a std::future, so main() can wait for it on its own thread.
-struct Task {
-  struct promise_type {
-    std::promise<int> result;
-    Task get_return_object() { return Task{result.get_future()}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_value(int rc) { result.set_value(rc); }
-    void unhandled_exception() { result.set_exception(std::current_exception()); }
-  };
-  std::future<int> result;
-};
-
-Task write_and_read_back(nvmeof::Volume& volume) {
+nvmeof::Task<int> write_and_read_back(nvmeof::Volume& volume) {
   constexpr uint32_t kBlocks = 4;
   const uint32_t bs = volume.block_size();
   std::vector<char> out(size_t{kBlocks} * bs), in(out.size());

@@ -20,6 +20,7 @@
 #include "bench/progress.hpp"
 #include "bench/report.hpp"
 #include "bench/workload.hpp"
+#include "core/key_text.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 
@@ -49,11 +50,12 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
   port.tls = tls == "required" ? PortTls::required : tls == "not-required" ? PortTls::not_required : PortTls::none;
   if (port.tls != PortTls::none) {
     // The target takes the key's text; @FILE is read here as the host reads it.
-    port.tls_psk = o.tls_psk;
-    if (o.tls_psk.starts_with('@')) {
-      std::ifstream f(o.tls_psk.substr(1));
-      std::getline(f, port.tls_psk);
+    auto key = detail::read_key_text(o.tls_psk);
+    if (!key) {
+      std::fprintf(stderr, "nvmeof-bench: --tls-psk: cannot read the key file %s\n", o.tls_psk.c_str() + 1);
+      return key.error();
     }
+    port.tls_psk = std::move(*key);
   }
   TargetSubsystem sub;
   sub.nqn = o.nqn;

@@ -6,14 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/key_text.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target/host_access.hpp"
@@ -115,20 +114,12 @@ bool parse_host_key(const char* flag, const std::string& arg, std::string& nqn, 
     return false;
   }
   key = arg.substr(eq + 1);
-  if (key[0] == '@') {
-    const std::string path = key.substr(1);
-    std::ifstream in(path);
-    if (path.empty() || !in) {
-      std::fprintf(stderr, "nvmeof-target: %s %s: cannot read the key file '%s'\n", flag,
-                   nqn.c_str(), path.c_str());
-      return false;
-    }
-    std::ostringstream all;
-    all << in.rdbuf();
-    key = all.str();
-    while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ' ||
-                            key.back() == '\t'))
-      key.pop_back();
+  if (auto text = nvmeof::detail::read_key_text(key)) {
+    key = std::move(*text);
+  } else {
+    std::fprintf(stderr, "nvmeof-target: %s %s: cannot read the key file '%s': %s\n", flag, nqn.c_str(),
+                 key.c_str() + 1, text.error().message().c_str());
+    return false;
   }
   if (!dhchap_shape(key)) {
     // Never echo the secret itself.

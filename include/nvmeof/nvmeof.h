@@ -5,7 +5,9 @@
  *    success and a negative errno on failure: -EINVAL a bad argument, -EAGAIN no free I/O slot
  *    (reap or wait for completions, then retry), -ECHILD a volume or host used in a process
  *    forked after it was made, -ENOMEM, -ETIMEDOUT, -ECONNREFUSED, ... (nvmeof_strerror()
- *    names them).
+ *    names them). An errno is coarse (every authentication and TLS refusal is -EACCES, a
+ *    Connect the controller refused is -EIO): nvmeof_last_error() gives the reason in words and
+ *    nvmeof_last_error_status() the controller's NVMe status.
  *  - Offsets and lengths are in bytes and must be multiples of the volume's block size.
  *  - An I/O's outcome is an NVMe status as a value (nvmeof_status): 0 is success; a failed
  *    transport after every retry gives the host pathing error (SCT 3h, SC 70h, DNR).
@@ -281,6 +283,16 @@ NVMEOF_API void nvmeof_buffer_free(void* buf);
 enum nvmeof_log_level { NVMEOF_LOG_ERROR = 3, NVMEOF_LOG_WARNING = 4, NVMEOF_LOG_INFO = 6 };
 typedef void (*nvmeof_log_cb)(int level, const char* msg, void* ctx);
 NVMEOF_API void nvmeof_set_log_callback(nvmeof_log_cb cb, void* ctx);
+
+/* The reason for the last call on this thread that failed, in words: e.g. "authentication
+ * failed", "the port requires TLS but no TLS PSK is configured", or an NVMe status with its
+ * meaning ("NVMe status command-specific/... : host not allowed: ..."). "" before any failure.
+ * Calls that succeed leave it as it was (like errno); valid until this thread's next call. */
+NVMEOF_API const char* nvmeof_last_error(void);
+/* The NVMe status a controller answered the last failed call on this thread with (e.g. the
+ * Connect status of a host the subsystem does not allow); 0 when that failure was no NVMe
+ * status (a timeout, a refused connection, a bad argument). */
+NVMEOF_API nvmeof_status nvmeof_last_error_status(void);
 
 /* "Invalid argument" for -EINVAL etc.; a short name of an NVMe status for nvmeof_status_str. */
 NVMEOF_API const char* nvmeof_strerror(int err);

@@ -67,6 +67,8 @@ inline constexpr NvmeStatus kAbortRequested = NvmeStatus::make(Sct::generic, 0x0
 inline constexpr NvmeStatus kInvalidNamespace = NvmeStatus::make(Sct::generic, 0x0b, true);
 inline constexpr NvmeStatus kCommandSequenceError = NvmeStatus::make(Sct::generic, 0x0c, true);
 inline constexpr NvmeStatus kSglInvalidType = NvmeStatus::make(Sct::generic, 0x11, true);
+/// Command Interrupted: not done, and worth trying again (no DNR).
+inline constexpr NvmeStatus kCommandInterrupted = NvmeStatus::make(Sct::generic, 0x21);
 inline constexpr NvmeStatus kLbaOutOfRange = NvmeStatus::make(Sct::generic, 0x80, true);
 inline constexpr NvmeStatus kNamespaceNotReady = NvmeStatus::make(Sct::generic, 0x82);
 inline constexpr NvmeStatus kConnectInvalidParameters =

@@ -274,7 +274,10 @@ class Volume {
   /// The path of this volume's control socket, "" when none.
   std::string control_socket_path() const;
 
-  /// Awaitable form: `NvmeStatus s = co_await volume.read(buf, slba, nlb);`
+  /// Awaitable form: `NvmeStatus s = co_await volume.read(buf, slba, nlb);` An I/O that submit()
+  /// refuses resumes at once with `rc` set to submit()'s code and a status that says the same:
+  /// -EINVAL as status::kInvalidField (DNR: the request itself is wrong), -EAGAIN (the reactor's
+  /// submission ring was full) as status::kCommandInterrupted (no DNR: try again).
   struct Awaitable {
     Volume* vol;
     VolumeIo io;

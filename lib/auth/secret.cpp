@@ -4,9 +4,9 @@
 #include <openssl/evp.h>
 
 #include <cerrno>
-#include <fstream>
 #include <iterator>
-#include <sstream>
+
+#include "core/key_text.hpp"
 
 namespace nvmeof::auth {
 namespace {
@@ -76,15 +76,12 @@ Result<Secret> parse_secret(std::string_view text, std::string* why) {
 }
 
 Result<Secret> read_secret_file(const std::string& path, std::string* why) {
-  std::ifstream in(path);
-  if (!in) {
-    const int err = errno ? errno : ENOENT;
+  auto text = nvmeof::detail::read_key_text("@" + path);
+  if (!text) {
     if (why) *why = "DH-HMAC-CHAP secret file " + path + ": cannot open";
-    return errno_code(err);
+    return text.error();
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_secret(ss.str(), why);
+  return parse_secret(*text, why);
 }
 
 std::string format_secret(const Secret& s) {

@@ -97,7 +97,7 @@ struct nvmeof_volume {
   SpinLock free_mu;
   std::vector<Slot*> free_slots;  // capacity nslots, never reallocated
 
-  std::unique_ptr<detail::MpscRing<Slot>> done_ring;  // completion-queue mode
+  std::unique_ptr<detail::MpscRing<Slot*>> done_ring;  // completion-queue mode
   std::atomic<bool> efd_armed{true};
   // Submitted and not yet completed. close waits for 0: Volume's destructor fails I/O still in a
   // reactor's submission ring instead of running it.
@@ -150,8 +150,26 @@ void on_done(VolumeIo& io, NvmeStatus st) noexcept {
   v->inflight.fetch_sub(1, std::memory_order_release);
 }
 
+// nvmeof_last_error(): the precise reason behind the coarse errno of this thread's last failure.
+thread_local std::string t_last_error;
+thread_local uint16_t t_last_status = 0;
+
+void note_error(const std::string& text, uint16_t status = 0) noexcept {
+  try {
+    t_last_error = text;
+  } catch (...) {
+    t_last_error.clear();  // out of memory: the errno still says it
+  }
+  t_last_status = status;
+}
+
 int to_errno(std::error_code ec) noexcept {
   if (!ec) return 0;
+  try {
+    note_error(ec.message(), ec.category() == nvme_category() ? static_cast<uint16_t>(ec.value()) : 0);
+  } catch (...) {
+    note_error({});
+  }
   if (ec.category() == std::system_category() || ec.category() == std::generic_category())
     return -ec.value();
   if (ec.category() == nvmeof_category()) {
@@ -177,6 +195,11 @@ int to_errno(std::error_code ec) noexcept {
     }
   }
   return -EIO;  // an NVMe status from the control path (connect refused by the controller)
+}
+
+int bad_address(const char* text, std::error_code ec) {
+  note_error(std::string("path address '") + text + "': " + ec.message());
+  return -EINVAL;
 }
 
 bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
@@ -233,7 +256,7 @@ int finish_open(Result<std::unique_ptr<Volume>> r, const nvmeof_volume_options* 
     if (!o->completion_cb) {
       size_t cap = 1;
       while (cap < v->nslots) cap <<= 1;
-      v->done_ring = std::make_unique<detail::MpscRing<Slot>>(cap);
+      v->done_ring = std::make_unique<detail::MpscRing<Slot*>>(cap);
       v->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (v->efd < 0) return -errno;
     }
@@ -259,17 +282,21 @@ int open_paths(std::shared_ptr<Host> host, const char* const* paths, size_t npat
   if (!paths || npaths == 0) return -EINVAL;
   try {
     VolumeOptions vo;
-    if (!fill_options(o, vo)) return -EINVAL;
+    if (!fill_options(o, vo)) {
+      note_error("invalid nvmeof_volume_options (struct_size, subnqn, queue_depth, reactors, tls or selector)");
+      return -EINVAL;
+    }
     for (size_t i = 0; i < npaths; ++i) {
       if (!paths[i]) return -EINVAL;
       auto a = TransportAddress::parse(paths[i]);
-      if (!a) return -EINVAL;
+      if (!a) return bad_address(paths[i], a.error());
       vo.paths.push_back(*a);
     }
     return finish_open(host ? Volume::open(std::move(host), vo) : Volume::open(vo), o, out);
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
+    note_error(e.what());
     return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
@@ -281,14 +308,18 @@ int open_discovered(std::shared_ptr<Host> host, const char* discovery, const nvm
   if (!discovery) return -EINVAL;
   try {
     VolumeOptions vo;
-    if (!fill_options(o, vo)) return -EINVAL;
+    if (!fill_options(o, vo)) {
+      note_error("invalid nvmeof_volume_options (struct_size, subnqn, queue_depth, reactors, tls or selector)");
+      return -EINVAL;
+    }
     auto a = TransportAddress::parse(discovery);
-    if (!a) return -EINVAL;
+    if (!a) return bad_address(discovery, a.error());
     return finish_open(host ? Volume::open_discovered(std::move(host), *a, vo) : Volume::open_discovered(*a, vo),
                        o, out);
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
+    note_error(e.what());
     return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
@@ -455,6 +486,7 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
+    note_error(e.what());
     return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
@@ -659,6 +691,10 @@ void nvmeof_set_log_callback(nvmeof_log_cb cb, void* ctx) {
   static_assert(std::is_same_v<nvmeof_log_cb, detail::LogSink>);
   detail::set_log_sink(cb, ctx);
 }
+
+const char* nvmeof_last_error(void) { return t_last_error.c_str(); }
+
+nvmeof_status nvmeof_last_error_status(void) { return t_last_status; }
 
 const char* nvmeof_strerror(int err) {
   if (err == 0) return "Success";

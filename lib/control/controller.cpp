@@ -8,9 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -26,6 +24,7 @@
 #include "transport/rdma/connect.hpp"
 #include "transport/tcp/queue_pair.hpp"
 #include "core/log.hpp"
+#include "core/key_text.hpp"
 
 namespace nvmeof {
 namespace {
@@ -91,19 +90,16 @@ struct PairParams {
   std::shared_ptr<const tls::TlsPsk> tls;  // NVMe/TCP secure channel (null: plaintext)
 };
 
-// A connected pair before start(), whatever its transport.
-struct NewPair {
-  std::unique_ptr<QueuePair> qp;
-  std::function<void()> start;  // on the pair's reactor thread
-  uint16_t cntlid = 0;
-  std::string label;
-};
-
 // A DH-HMAC-CHAP secret from ConnectOptions: the interchange form, or "@PATH" of a file.
 Result<auth::Secret> load_secret(const std::string& text, const char* what) {
+  auto key = nvmeof::detail::read_key_text(text);
+  if (!key) {
+    nvmeof::detail::log_warning("nvmeof: %s: cannot read the key file %s: %s\n", what, text.c_str() + 1,
+                                key.error().message().c_str());
+    return key.error();
+  }
   std::string why;
-  auto s = text.starts_with('@') ? auth::read_secret_file(text.substr(1), &why)
-                                 : auth::parse_secret(text, &why);
+  auto s = auth::parse_secret(*key, &why);
   if (!s) nvmeof::detail::log_warning("nvmeof: %s: %s\n", what, why.empty() ? s.error().message().c_str() : why.c_str());
   return s;
 }
@@ -150,44 +146,6 @@ Result<fabric::Authenticator> make_authenticator(const ConnectOptions& o) {
       });
 }
 
-// The TLS PSK every NVMe/TCP queue of the controller offers (ConnectOptions::tls_psk, the
-// interchange form or "@PATH"), derived once for (hostnqn, subnqn); null without TLS.
-Result<std::shared_ptr<const tls::TlsPsk>> make_tls(const ConnectOptions& o, const TransportAddress& addr) {
-  const bool want = o.tls == TlsUse::on || (o.tls == TlsUse::when_keyed && !o.tls_psk.empty());
-  if (!want) return std::shared_ptr<const tls::TlsPsk>{};
-  if (o.tls_psk.empty()) {
-    nvmeof::detail::log_warning("nvmeof: tls is on but no tls_psk is set\n");
-    return Errc::invalid_argument;
-  }
-  if (addr.transport != Transport::tcp) {
-    nvmeof::detail::log_warning("nvmeof: %s: TLS is defined for NVMe/TCP only\n", addr.to_string().c_str());
-    return Errc::unsupported;
-  }
-  std::string text = o.tls_psk;
-  if (text.starts_with('@')) {
-    std::ifstream f(text.substr(1));
-    if (!f) {
-      nvmeof::detail::log_warning("nvmeof: tls_psk: cannot read %s\n", text.c_str() + 1);
-      return Errc::invalid_argument;
-    }
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
-  }
-  auto configured = tls::parse_interchange(text);
-  if (!configured) {
-    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", configured.error().message().c_str());
-    return Errc::invalid_argument;
-  }
-  auto psk = tls::derive_tls_psk(*configured, o.hostnqn, o.subnqn);
-  if (!psk) {
-    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", psk.error().message().c_str());
-    return Errc::invalid_argument;
-  }
-  return std::shared_ptr<const tls::TlsPsk>(std::make_shared<tls::TlsPsk>(std::move(*psk)));
-}
-
 // The fields every fabric's queue pair configuration shares.
 template <class Config>
 void fill_fabric_config(Config& qc, const TransportAddress& addr, const ConnectOptions& o, PairParams& p) {
@@ -207,21 +165,26 @@ void fill_fabric_config(Config& qc, const TransportAddress& addr, const ConnectO
   qc.authenticate = p.authenticate;
 }
 
-Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
-                             PairParams p) {
-  NewPair out;
-  if (addr.transport == Transport::rdma) {
-    rdma::QpConfig qc;
-    fill_fabric_config(qc, addr, o, p);
-    auto c = rdma::connect(reactor, qc);
-    if (!c) return c.error();
-    QueuePair* raw = c->qp.get();
-    out.start = [raw] { rdma::start(*raw); };
-    out.cntlid = c->cntlid;
-    out.label = std::move(c->label);
-    out.qp = std::move(c->qp);
-    return out;
-  }
+Result<PreparedQueue> connect_rdma_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
+                                  PairParams p) {
+  rdma::QpConfig qc;
+  fill_fabric_config(qc, addr, o, p);
+  auto c = rdma::connect(reactor, qc);
+  if (!c) return c.error();
+  PreparedQueue out;
+  out.cntlid = c->cntlid;
+  out.label = std::move(c->label);
+  // std::function copies its target: the connected pair waits in a shared holder.
+  out.start = [held = std::make_shared<std::unique_ptr<QueuePair>>(std::move(c->qp))]()
+      -> Result<std::unique_ptr<QueuePair>> {
+    rdma::start(**held);
+    return std::move(*held);
+  };
+  return out;
+}
+
+Result<PreparedQueue> connect_tcp_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
+                                 PairParams p) {
   tcp::QpConfig qc;
   fill_fabric_config(qc, addr, o, p);
   qc.host_iface = addr.host_iface;
@@ -241,12 +204,72 @@ Result<NewPair> connect_pair(Reactor& reactor, const TransportAddress& addr, con
     qp = tcp::QueuePair::connect(reactor, qc);
   }
   if (!qp) return qp.error();
-  tcp::QueuePair* raw = qp->get();
-  out.start = [raw] { raw->start(); };
-  out.cntlid = raw->session().cntlid;
-  out.label = raw->label();
-  out.qp = std::move(*qp);
+  PreparedQueue out;
+  out.cntlid = (*qp)->session().cntlid;
+  out.label = (*qp)->label();
+  out.start = [held = std::make_shared<std::unique_ptr<tcp::QueuePair>>(std::move(*qp))]()
+      -> Result<std::unique_ptr<QueuePair>> {
+    (*held)->start();
+    return std::unique_ptr<QueuePair>(std::move(*held));
+  };
   return out;
+}
+
+// The fabrics a controller can be reached over, and how each connects a queue pair. A new
+// fabric is a row here (and its limits in reactor/transport_limits.hpp).
+struct Fabric {
+  Transport transport;
+  bool tls;  // whether NVMe/TLS is defined on it
+  Result<PreparedQueue> (*connect)(Reactor&, const TransportAddress&, const ConnectOptions&, PairParams);
+};
+constexpr Fabric kFabrics[] = {
+    {Transport::tcp, true, &connect_tcp_pair},
+    {Transport::rdma, false, &connect_rdma_pair},
+};
+
+const Fabric* fabric_of(Transport t) noexcept {
+  for (const Fabric& f : kFabrics)
+    if (f.transport == t) return &f;
+  return nullptr;
+}
+
+Result<PreparedQueue> connect_pair(Reactor& reactor, const TransportAddress& addr, const ConnectOptions& o,
+                             PairParams p) {
+  const Fabric* f = fabric_of(addr.transport);
+  if (!f) return Errc::unsupported;
+  return f->connect(reactor, addr, o, std::move(p));
+}
+
+// The TLS PSK every NVMe/TCP queue of the controller offers (ConnectOptions::tls_psk, the
+// interchange form or "@PATH"), derived once for (hostnqn, subnqn); null without TLS.
+Result<std::shared_ptr<const tls::TlsPsk>> make_tls(const ConnectOptions& o, const TransportAddress& addr) {
+  const bool want = o.tls == TlsUse::on || (o.tls == TlsUse::when_keyed && !o.tls_psk.empty());
+  if (!want) return std::shared_ptr<const tls::TlsPsk>{};
+  if (o.tls_psk.empty()) {
+    nvmeof::detail::log_warning("nvmeof: tls is on but no tls_psk is set\n");
+    return Errc::invalid_argument;
+  }
+  if (const Fabric* f = fabric_of(addr.transport); !f || !f->tls) {
+    nvmeof::detail::log_warning("nvmeof: %s: TLS is defined for NVMe/TCP only\n", addr.to_string().c_str());
+    return Errc::unsupported;
+  }
+  auto text = nvmeof::detail::read_key_text(o.tls_psk);
+  if (!text) {
+    nvmeof::detail::log_warning("nvmeof: tls_psk: cannot read the key file %s: %s\n", o.tls_psk.c_str() + 1,
+                                text.error().message().c_str());
+    return Errc::invalid_argument;
+  }
+  auto configured = tls::parse_interchange(*text);
+  if (!configured) {
+    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", configured.error().message().c_str());
+    return Errc::invalid_argument;
+  }
+  auto psk = tls::derive_tls_psk(*configured, o.hostnqn, o.subnqn);
+  if (!psk) {
+    nvmeof::detail::log_warning("nvmeof: tls_psk: %s\n", psk.error().message().c_str());
+    return Errc::invalid_argument;
+  }
+  return std::shared_ptr<const tls::TlsPsk>(std::make_shared<tls::TlsPsk>(std::move(*psk)));
 }
 
 // Threading: acquire() runs on whichever thread creates a queue pair (a lane, the connect pool)
@@ -600,7 +623,7 @@ Controller::~Controller() {
 Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
                                                         const TransportAddress& addr,
                                                         const ConnectOptions& o) {
-  if (addr.transport != Transport::tcp && addr.transport != Transport::rdma) return Errc::unsupported;
+  if (!fabric_of(addr.transport)) return Errc::unsupported;
   const TransportLimits& limits = detail::transport_limits(addr.transport);
   if (o.subnqn.empty() || o.admin_queue_depth < 2 || o.admin_queue_depth > limits.max_queue_depth ||
       o.io_queue_depth == 0 || o.io_queue_depth > limits.max_queue_depth || o.max_io_queues == 0)
@@ -635,9 +658,9 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   impl->label = np->label;
   impl->cntlid = np->cntlid;
   cp.call([&] {
-    np->qp->set_listener(impl.get());
-    np->start();
-    impl->admin_qp = std::move(np->qp);
+    auto qp = np->start();  // a fabric pair's start cannot fail
+    qp.value()->set_listener(impl.get());
+    impl->admin_qp = std::move(*qp);
     impl->live.store(true);
   });
   auto give_up = [&](std::error_code ec, const std::string& why) -> std::error_code {
@@ -735,11 +758,10 @@ Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& re
                                                    uint32_t depth) {
   auto q = prepare_io_queue(ctrl, reactor, depth, detail::thread_memory_node());
   if (!q) return q.error();
-  q->start();
-  return std::move(q->qp);
+  return q->start();
 }
 
-Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
+Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
                                          int memory_node) {
   Controller::Impl* impl_ = &ControllerAccess::impl(ctrl);
   if (!impl_->live.load()) return Errc::not_connected;
@@ -766,7 +788,8 @@ Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uin
     impl_->qids->release(*qid);
     return np.error();
   }
-  return PreparedIoQueue{std::move(np->qp), std::move(np->start)};
+  np->traffic = traffic_clock(ctrl);
+  return std::move(*np);
 }
 
 Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) {

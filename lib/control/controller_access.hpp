@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "nvmeof/controller.hpp"
 #include "reactor/queue_pair.hpp"
@@ -14,10 +15,17 @@
 
 namespace nvmeof {
 
-/// An I/O queue pair connected but not started: start() it on its reactor's thread.
-struct PreparedIoQueue {
-  std::unique_ptr<QueuePair> qp;
-  std::function<void()> start;
+/// A queue pair connected off its reactor's thread (the blocking half of a connect), still to be
+/// started there: the one form in which every transport and kind of path hands a new pair up.
+struct PreparedQueue {
+  /// Runs on the reactor's thread: starts the pair (a kernel path's pair is opened here) and
+  /// returns it live. Errors: those of the transport.
+  std::function<Result<std::unique_ptr<QueuePair>>()> start;
+  /// Where the lane notes completed commands for the controller's traffic-based keep-alive;
+  /// nullptr when it has none. Shared: a lane may hold it after the controller is gone.
+  std::shared_ptr<std::atomic<uint64_t>> traffic;
+  uint16_t cntlid = 0;  ///< the controller the Connect reached (fabric pairs)
+  std::string label;    ///< the pair's name in log lines (fabric pairs)
 };
 
 /// Creates and connects one I/O queue pair of `ctrl` driven by `reactor` (set-up runs on the
@@ -31,8 +39,8 @@ Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& re
 
 /// The blocking half of create_io_queue() on any thread (not the reactor's, which it would
 /// stall for a whole connect): the pair's memory goes on `memory_node` (-1: the calling
-/// thread's). Errors: those of create_io_queue().
-Result<PreparedIoQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
+/// thread's); `traffic` is the controller's traffic_clock(). Errors: those of create_io_queue().
+Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
                                          int memory_node);
 
 /// Where the lanes of a controller's I/O queues note that a command completed (traffic-based

@@ -14,14 +14,7 @@ class FabricEndpoint final : public PathEndpoint {
   Result<std::vector<uint32_t>> active_namespaces() override { return ctrl_->active_namespaces(); }
   Result<AnaLog> ana_log() override { return ctrl_->ana_log(); }
   Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int memory_node) override {
-    auto q = nvmeof::prepare_io_queue(*ctrl_, r, depth, memory_node);
-    if (!q) return q.error();
-    auto shared = std::make_shared<PreparedIoQueue>(std::move(*q));
-    return PreparedQueue{[shared]() -> Result<std::unique_ptr<QueuePair>> {
-                           shared->start();
-                           return std::move(shared->qp);
-                         },
-                         traffic_clock(*ctrl_)};
+    return nvmeof::prepare_io_queue(*ctrl_, r, depth, memory_node);
   }
   uint32_t kato_ms() const noexcept override { return ctrl_->kato_ms(); }
   uint64_t keep_alives_sent() const noexcept override { return ctrl_->keep_alives_sent(); }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/identify.hpp"
 #include "reactor/queue_pair.hpp"
@@ -21,15 +22,7 @@
 
 namespace nvmeof::detail {
 
-/// A queue pair connected off the reactor's thread, still to be started on it.
-struct PreparedQueue {
-  /// Runs on the reactor's thread: starts the pair (or, for a kernel path, opens it there) and
-  /// returns it live. Errors: those of the transport.
-  std::function<Result<std::unique_ptr<QueuePair>>()> start;
-  /// Where the lane notes completed commands for the controller's traffic-based keep-alive;
-  /// nullptr when it has none. Shared: a lane may hold it after the controller is gone.
-  std::shared_ptr<std::atomic<uint64_t>> traffic;
-};
+using nvmeof::PreparedQueue;
 
 class PathEndpoint {
  public:

@@ -47,12 +47,14 @@ class KernelEndpoint final : public PathEndpoint {
     qc.device = device_;
     qc.depth = std::min(depth ? depth : 128, uring::kLimits.max_queue_depth);
     Reactor* reactor = &r;
-    return PreparedQueue{[reactor, qc]() -> Result<std::unique_ptr<QueuePair>> {
+    PreparedQueue q;
+    q.start = [reactor, qc]() -> Result<std::unique_ptr<QueuePair>> {
       auto qp = uring::QueuePair::open(*reactor, qc);
       if (!qp) return qp.error();
       (*qp)->start();
       return std::unique_ptr<QueuePair>(std::move(*qp));
-    }};
+    };
+    return q;
   }
   // The kernel host's keep-alive timeout (sysfs, seconds), read once at open.
   uint32_t kato_ms() const noexcept override { return kato_ms_; }

@@ -21,6 +21,7 @@ const char* generic_name(uint8_t sc) {
     case 0x0e: return "sgl-invalid-count";
     case 0x0f: return "sgl-invalid-data-length";
     case 0x11: return "sgl-invalid-type";
+    case 0x21: return "command-interrupted";
     case 0x80: return "lba-out-of-range";
     case 0x81: return "capacity-exceeded";
     case 0x82: return "namespace-not-ready";

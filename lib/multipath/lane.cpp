@@ -542,10 +542,9 @@ bool Lane::settle_hedge(Attempt& a, NvmeStatus st) noexcept {
   }
   // The hedge is back first.
   if (!t || !st.is_success()) {
-    // Found by the soak run (reads of 50 ms): a hedge sent to a path that refused it left the
-    // primary on its silent path, never hedged again, until that path was failed for its
-    // silence. The primary may be hedged again at its next deadline check, on a path whose
-    // last completion was not an error (hedge() requires one now).
+    // A refused hedge must not end the hedging: otherwise the primary stays on its silent path
+    // until that path is failed for its silence. The primary may be hedged again at its next
+    // deadline check, on a path whose last completion was not an error (hedge() requires one).
     if (t) {
       t->twin = nullptr;
       t->role = Attempt::Role::plain;
@@ -584,8 +583,7 @@ bool Lane::other_path_usable(int p, uint64_t now, bool& any) noexcept {
     // A path silent past its own deadline too is no better: when every path is silent at once
     // the cause is likelier shared (this lane or the target not run on a loaded host) than
     // every path dead, and failing them all would leave no path and cost a reconnect each (the
-    // time fence first, with no live controller to send a CCR through). Found by the soak run:
-    // two healthy paths failed in one turn, silent 66.7 and 70.9 ms. The keep-alive tells a
+    // time fence first, with no live controller to send a CCR through). The keep-alive tells a
     // dead controller from a slow one then, as with a single path.
     const LanePath& lq = *paths_[q];
     if (lq.inflight.head) {
@@ -602,9 +600,9 @@ bool Lane::hedge(Attempt& a) noexcept {
   const VolumeNs& ns = *io_state(*a.io).ns;
   refresh_views(&ns);
   // Like a retry (issue()), a hedge avoids the paths whose last completion was an error while a
-  // usable path without one remains. Found by the soak run: a path failing every command with a
-  // retryable status answers at once and looks idle and fast, so the hedges of reads stuck on a
-  // silent path went to it, failed, and the reads waited for the silent path to be failed.
+  // usable path without one remains: a path failing every command with a retryable status
+  // answers at once and looks idle and fast, so hedges sent to it would fail and leave their
+  // reads waiting for the silent path to be failed.
   bool clean = false;
   for (size_t p = 0; p < views_.size(); ++p)
     clean |= static_cast<int>(p) != a.path && views_[p].use == PathUse::usable && ana_tier(views_[p].ana) >= 0 &&
@@ -872,10 +870,8 @@ int Lane::turn() noexcept {
   }
   // Each list is walked once per turn, over the attempts it held when the walk began: issue()
   // may put an attempt straight back on the list it came from (no path, or a full pair), and a
-  // walk that followed the links met it again and again. Found by the soak run: two attempts
-  // waiting while issue() found no path kept swapping places at the tail, the lane never left
-  // the turn, no I/O completed for 14 minutes and every reconnect's prepared queue piled up in
-  // its unread post ring (45 sockets and 13 MiB a minute).
+  // walk that followed the links would meet it again and again and never leave the turn (no
+  // I/O would complete, and the reactor's posted work, reconnects included, would pile up).
   auto release = [&](AttemptList& list) {
     for (uint32_t n = list.size; n > 0; --n) {
       Attempt* a = list.pop_front();

@@ -90,10 +90,10 @@ RetryDecision decide_retry(const RetryFacts& f) noexcept {
   if (f.status.is_success()) return {};
   const uint64_t deadline = f.start_ns + f.no_path_timeout_ns;
   const bool refused = f.status.sct() != Sct::path && !f.status.dnr();
-  // Found by the soak run: while every usable path refuses I/O with a retryable status and the
-  // others are down (a healthy path failed by a keep-alive timeout, reconnecting), the retries
-  // went round the refusing paths in microseconds and an I/O used up max_attempts before the
-  // healthy path was back, so the application saw the refusal. Then the I/O is no better off
+  // While every usable path refuses I/O with a retryable status and the others are down (a
+  // healthy path failed by a keep-alive timeout, reconnecting), retries go round the refusing
+  // paths in microseconds and would use up max_attempts before the healthy path is back, and
+  // the application would see the refusal. Then the I/O is no better off
   // than one with no usable path: it waits (retrying the refusing paths now and then, in case
   // they heal) for a path that comes back, bounded by no_path_timeout like path trouble is, and
   // the refusals made meanwhile are not the controllers' verdict on it.

@@ -969,7 +969,8 @@ bool Volume::Awaitable::await_suspend(std::coroutine_handle<> h) noexcept {
 }
 
 NvmeStatus Volume::Awaitable::await_resume() const noexcept {
-  return rc == 0 ? status : status::kInvalidField;
+  if (rc == 0) return status;
+  return rc == -EAGAIN ? status::kCommandInterrupted : status::kInvalidField;
 }
 
 namespace {

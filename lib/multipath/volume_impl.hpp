@@ -348,7 +348,7 @@ class Lane final : public QueuePairListener {
   std::atomic<bool> stop_{false};
   bool started_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  MpscRing<VolumeIo> ring_{4096};
+  MpscRing<VolumeIo*> ring_{4096};
   std::vector<std::unique_ptr<LanePath>> paths_;
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O
   std::vector<PathView> views_;

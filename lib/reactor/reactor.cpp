@@ -1,5 +1,4 @@
 #include "reactor/reactor.hpp"
-#include "core/log.hpp"
 
 #include <sys/eventfd.h>
 #include <time.h>
@@ -14,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/log.hpp"
+#include "core/mpsc_ring.hpp"
+
 namespace nvmeof {
 
 namespace {
@@ -26,10 +28,8 @@ unsigned round_up_pow2(unsigned v) {
 
 }  // namespace
 
-// Threading: `ring`, the timer heap, pollers and `deq_` belong to the owning thread. The post
-// ring is a bounded MPSC queue (Vyukov): producers claim a position with a CAS on `enq_` and
-// publish the slot by storing seq = pos + 1 (release); the single consumer reads seq (acquire),
-// takes the function and frees the slot by storing seq = pos + capacity. `wake_pending_` makes
+// Threading: `ring`, the timer heap and pollers belong to the owning thread. The post ring is
+// core's MpscRing (any thread posts, the owning thread drains). `wake_pending_` makes
 // wake() write the eventfd at most once until the reactor consumed the previous write; the
 // reactor clears it with an exchange so it synchronizes with every producer that saw it set,
 // and only then drains the post ring, so a post racing with the clear is never missed.
@@ -43,15 +43,7 @@ struct Reactor::Impl {
   std::vector<bool> files_used;
   std::vector<bool> bufs_used;
 
-  // Post ring.
-  struct PostSlot {
-    std::atomic<uint64_t> seq{0};
-    std::function<void()> fn;
-  };
-  std::unique_ptr<PostSlot[]> posts;
-  uint64_t post_mask = 0;
-  alignas(64) std::atomic<uint64_t> enq_{0};
-  alignas(64) uint64_t deq_ = 0;
+  std::unique_ptr<detail::MpscRing<std::function<void()>>> posts;
 
   // Wake-up: a read kept pending on `wake_fd` completes when another thread writes it.
   alignas(64) std::atomic<bool> wake_pending_{false};
@@ -167,22 +159,16 @@ struct Reactor::Impl {
   int drain_posts() {
     int n = 0;
     // Bounded so that functions which post again cannot starve the ring.
-    for (uint64_t limit = post_mask + 1; limit > 0; --limit) {
-      PostSlot& s = posts[deq_ & post_mask];
-      if (s.seq.load(std::memory_order_acquire) != deq_ + 1) break;
-      std::function<void()> fn = std::move(s.fn);
-      s.fn = nullptr;
-      s.seq.store(deq_ + post_mask + 1, std::memory_order_release);
-      ++deq_;
+    std::function<void()> fn;
+    for (size_t limit = posts->capacity(); limit > 0 && posts->pop(fn); --limit) {
       if (fn) fn();
+      fn = nullptr;
       ++n;
     }
     return n;
   }
 
-  bool has_posts() const {
-    return posts[deq_ & post_mask].seq.load(std::memory_order_acquire) == deq_ + 1;
-  }
+  bool has_posts() const { return posts->ready(); }
 
   int run_pollers() {
     int n = 0;
@@ -247,9 +233,7 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& opts) {
                          "lost under CQ overflow\n");
 
   const unsigned cap = round_up_pow2(opts.post_capacity);
-  im.posts = std::make_unique<Impl::PostSlot[]>(cap);
-  for (unsigned i = 0; i < cap; ++i) im.posts[i].seq.store(i, std::memory_order_relaxed);
-  im.post_mask = cap - 1;
+  im.posts = std::make_unique<detail::MpscRing<std::function<void()>>>(cap);
 
   // Blocking on purpose: io_uring would fail a read of an O_NONBLOCK eventfd with EAGAIN instead
   // of waiting, and a write only blocks when the counter nears 2^64.
@@ -442,23 +426,7 @@ void Reactor::remove_poller(Poller fn, void* ctx) noexcept {
 }
 
 bool Reactor::post(std::function<void()> fn) {
-  Impl& im = *impl_;
-  uint64_t pos = im.enq_.load(std::memory_order_relaxed);
-  Impl::PostSlot* slot;
-  for (;;) {
-    slot = &im.posts[pos & im.post_mask];
-    const uint64_t seq = slot->seq.load(std::memory_order_acquire);
-    const auto diff = static_cast<int64_t>(seq - pos);
-    if (diff == 0) {
-      if (im.enq_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
-    } else if (diff < 0) {
-      return false;  // full: the slot still holds a function from one lap ago
-    } else {
-      pos = im.enq_.load(std::memory_order_relaxed);
-    }
-  }
-  slot->fn = std::move(fn);
-  slot->seq.store(pos + 1, std::memory_order_release);
+  if (!impl_->posts->push(std::move(fn))) return false;  // full
   wake();
   return true;
 }

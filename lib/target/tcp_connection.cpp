@@ -321,10 +321,10 @@ TcpConnection::RecvResult TcpConnection::receive() {
     // One PDU at a time, each only while the output has room for the largest reply it can
     // cause; the rest of the chunk waits here until the peer reads.
     if (reader_.at_boundary() && backlog_full()) break;
-    Errc err = Errc::ok;
     term_what_ = nullptr;
-    rbuf_pos_ += reader_.consume(rbuf_.data() + rbuf_pos_, rbuf_len_ - rbuf_pos_, h, err,
-                                 tcp::ConsumeUntil::pdu_end);
+    const auto [used, err] =
+        reader_.consume(rbuf_.data() + rbuf_pos_, rbuf_len_ - rbuf_pos_, h, tcp::ConsumeUntil::pdu_end);
+    rbuf_pos_ += used;
     if (err == Errc::ok || phase_ == Phase::closing) continue;
     if (err == Errc::data_digest_error) {
       on_data_digest_error();

@@ -230,6 +230,9 @@ static void test_bad_open(const char* nqn) {
   const char* bad[] = {"not an address:99999"};
   CHECK(nvmeof_volume_open(bad, 1, &o, &vol) == -EINVAL);
   CHECK(vol == NULL);
+  /* The errno is coarse; the reason is kept in words. */
+  CHECK(strstr(nvmeof_last_error(), "path address 'not an address:99999'") != NULL);
+  CHECK(nvmeof_last_error_status() == 0);
   CHECK(nvmeof_volume_open(NULL, 0, &o, &vol) == -EINVAL);
   const char* ok[] = {"127.0.0.1:4420"};
   CHECK(nvmeof_volume_open(ok, 1, NULL, &vol) == -EINVAL);
@@ -274,6 +277,7 @@ static void test_tls_open(const char* addr, const char* nqn) {
   o.tls_psk = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
   CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EPROTONOSUPPORT);
   CHECK(vol == NULL);
+  CHECK(strstr(nvmeof_last_error(), "does not offer TLS") != NULL);
   o.tls_psk = "NVMeTLSkey-1:01:bad:";
   CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
   o.tls_psk = NULL;
@@ -281,11 +285,30 @@ static void test_tls_open(const char* addr, const char* nqn) {
   CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
   o.tls = 7;
   CHECK(nvmeof_volume_open(paths, 1, &o, &vol) == -EINVAL);
+  CHECK(strstr(nvmeof_last_error(), "invalid nvmeof_volume_options") != NULL);
   /* TLS off: the plaintext port serves the volume even with a key set. */
   o.tls = NVMEOF_TLS_OFF;
   o.tls_psk = "NVMeTLSkey-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
   REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
   nvmeof_volume_close(vol);
+}
+
+/* A Connect the controller refuses (a subsystem the target does not have): the errno says only
+ * that it failed, nvmeof_last_error_status() gives the controller's status and
+ * nvmeof_last_error() its meaning. */
+static void test_refused_connect(const char* addr) {
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = "nqn.2024-01.io.nvmeof:no-such-subsystem";
+  o.no_path_timeout_ms = 2000;
+  nvmeof_volume* vol = NULL;
+  const char* paths[] = {addr};
+  CHECK(nvmeof_volume_open(paths, 1, &o, &vol) < 0);
+  CHECK(vol == NULL);
+  const nvmeof_status st = nvmeof_last_error_status();
+  CHECK(st != 0);
+  CHECK(nvmeof_status_sct(st) == 1); /* command specific: a Connect status */
+  CHECK(strstr(nvmeof_last_error(), "NVMe status") != NULL);
 }
 
 /* Writes `nblocks` blocks of pattern `seed` at block `first` through `w`, then reads them back
@@ -443,6 +466,7 @@ int main(int argc, char** argv) {
   test_callback_mode(argv[1], argv[2]);
   test_bad_open(argv[2]);
   test_tls_open(argv[1], argv[2]);
+  test_refused_connect(argv[1]);
   test_host(argv[1], argv[2]);
   if (failures) {
     fprintf(stderr, "capi-test: %d checks failed\n", failures);

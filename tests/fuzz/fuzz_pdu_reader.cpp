@@ -79,8 +79,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Recorder h;
     h.discard = (flags & 0x40) != 0;
     size_t off = 0;
-    while (off < stream.size() && whole.err == Errc::ok)
-      off += r.consume(stream.data() + off, stream.size() - off, h, whole.err);
+    while (off < stream.size() && whole.err == Errc::ok) {
+      const auto got = r.consume(stream.data() + off, stream.size() - off, h);
+      off += got.bytes;
+      whole.err = got.error;
+    }
     whole.events = std::move(h.events);
   }
   {
@@ -94,7 +97,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const size_t n = std::min(stream.size() - off, chunks.empty() ? stream.size() : chunks[i++ % chunks.size()]);
       size_t used = 0;
       while (used < n && pieces.err == Errc::ok) {
-        const size_t k = r.consume(stream.data() + off + used, n - used, h, pieces.err, until);
+        const auto got = r.consume(stream.data() + off + used, n - used, h, until);
+        const size_t k = got.bytes;
+        pieces.err = got.error;
         if (k == 0 && pieces.err == Errc::ok) std::abort();  // no progress on non-empty input
         used += k;
       }

@@ -147,8 +147,8 @@ struct HostStream {
       if (n < 0) return errno == EAGAIN || errno == EINTR;
       size_t off = 0;
       while (off < static_cast<size_t>(n)) {
-        Errc err = Errc::ok;
-        off += reader.consume(buf + off, static_cast<size_t>(n) - off, *this, err);
+        const auto [used, err] = reader.consume(buf + off, static_cast<size_t>(n) - off, *this);
+        off += used;
         if (err != Errc::ok) fail("the host sent a malformed PDU");
       }
     }

@@ -255,8 +255,8 @@ struct Mirror {
   }
   void frame(const uint8_t* p, size_t n) {
     while (at < n) {
-      Errc err = Errc::ok;
-      at += reader.consume(p + at, n - at, *this, err, tcp::ConsumeUntil::pdu_end);
+      const auto [used, err] = reader.consume(p + at, n - at, *this, tcp::ConsumeUntil::pdu_end);
+      at += used;
       if (err == Errc::data_digest_error) {  // the target answers that command with an error
         if (static_cast<tcp::PduType>(reader.header()[0]) == tcp::PduType::capsule_cmd)
           take(reader.header());

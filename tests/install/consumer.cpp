@@ -5,6 +5,7 @@
 //
 //   consumer NQN ADDR:PORT [ADDR:PORT...]
 #include <nvmeof/version.h>
+#include <nvmeof/task.hpp>
 #include <nvmeof/volume.hpp>
 
 #include <atomic>
@@ -21,18 +22,6 @@ namespace {
 
 constexpr uint32_t kIos = 32;        // I/Os in flight at once
 constexpr uint32_t kBlocksPerIo = 8;
-
-struct Task {
-  struct promise_type {
-    std::promise<int> result;
-    Task get_return_object() { return Task{result.get_future()}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_value(int rc) { result.set_value(rc); }
-    void unhandled_exception() { result.set_exception(std::current_exception()); }
-  };
-  std::future<int> result;
-};
 
 struct Batch {
   std::atomic<uint32_t> left{kIos};
@@ -52,7 +41,7 @@ void stamp(std::vector<char>& buf, uint32_t bs) {
       buf[lba * bs + i] = static_cast<char>((lba * 131 + i * 7 + 1) & 0xff);
 }
 
-Task read_back(nvmeof::Volume& vol, const std::vector<char>& want) {
+nvmeof::Task<int> read_back(nvmeof::Volume& vol, const std::vector<char>& want) {
   std::vector<char> got(want.size());
   const uint32_t bs = vol.block_size();
   for (uint32_t i = 0; i < kIos; ++i) {

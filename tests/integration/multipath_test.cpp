@@ -153,6 +153,17 @@ TEST_CASE("a volume reads and writes through two paths, callbacks and coroutines
   bad.buf = in.data();
   bad.done = [](VolumeIo&, NvmeStatus) noexcept {};
   CHECK(rig.vol->submit(bad) == -EINVAL);
+  // And through co_await: resumed at once, with submit()'s code and a status that says so.
+  NvmeStatus refused{};
+  int refused_rc = 0;
+  auto beyond = [&]() -> Task {
+    auto aw = rig.vol->read(in.data(), rig.vol->size_blocks(), 1);
+    refused = co_await aw;
+    refused_rc = aw.rc;
+  };
+  beyond();
+  CHECK(refused_rc == -EINVAL);
+  CHECK(refused == status::kInvalidField);
 }
 
 TEST_CASE("coroutines from a thread that is no reactor: a frame may end before submit() returns",
@@ -913,12 +924,18 @@ TEST_CASE("a reset path reconnects and takes back its share (failback)", "[multi
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::reset); }, 500ms, true);
   const auto mid = rig.vol->stats();
   REQUIRE(mid.paths[0].reconnects >= 1);
+  // Events, not a sleep: I/O runs until the reconnected path has carried some of it (or 10 s,
+  // which only a path that never takes its share back reaches).
   Workload w(*rig.vol);
   w.start();
-  std::this_thread::sleep_for(400ms);
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (rig.vol->stats().paths[0].ios == mid.paths[0].ios && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(5ms);
   REQUIRE(w.finish(10s));
   const auto end = rig.vol->stats();
+  INFO(to_text(end));
   CHECK(end.paths[0].ios > mid.paths[0].ios);
+  CHECK(end.paths[0].state == PathState::live);
 }
 
 TEST_CASE("ghost write: a held write on a dying path never lands after a newer one", "[multipath][ghost]") {

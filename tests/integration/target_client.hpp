@@ -309,8 +309,8 @@ class Client {
       }
       size_t off = 0;
       while (off < static_cast<size_t>(n)) {
-        Errc err = Errc::ok;
-        off += reader_.consume(buf + off, static_cast<size_t>(n) - off, *this, err);
+        const auto [used, err] = reader_.consume(buf + off, static_cast<size_t>(n) - off, *this);
+        off += used;
         if (err != Errc::ok) {
           reader_error = err;
           closed_ = true;

@@ -66,15 +66,14 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
 }
 
 Errc feed(PduReader& r, const std::vector<uint8_t>& bytes, Collector& c, size_t chunk) {
-  Errc err = Errc::ok;
   for (size_t off = 0; off < bytes.size();) {
     const size_t n = std::min(chunk, bytes.size() - off);
-    const size_t used = r.consume(bytes.data() + off, n, c, err);
+    const auto [used, err] = r.consume(bytes.data() + off, n, c);
     if (err != Errc::ok) return err;
     REQUIRE(used == n);
     off += n;
   }
-  return err;
+  return Errc::ok;
 }
 
 Negotiated digests(bool h, bool d, uint8_t pda = 0) { return Negotiated{h, d, pda}; }
@@ -113,10 +112,9 @@ TEST_CASE("every host-received PDU round trips, with and without digests", "[pdu
       PduReader reader(Role::host, 1 << 20);
       Collector c;
       // The IC exchange happens before digests are on; switch after the first PDU.
-      Errc err = Errc::ok;
-      size_t used = reader.consume(stream.data(), kIcLen, c, err);
-      REQUIRE(err == Errc::ok);
-      REQUIRE(used == kIcLen);
+      const auto ic = reader.consume(stream.data(), kIcLen, c);
+      REQUIRE(ic.error == Errc::ok);
+      REQUIRE(ic.bytes == kIcLen);
       reader.set_negotiated(n);
       std::vector<uint8_t> rest(stream.begin() + kIcLen, stream.end());
       REQUIRE(feed(reader, rest, c, chunk) == Errc::ok);
@@ -177,10 +175,10 @@ TEST_CASE("every controller-received PDU round trips", "[pdu]") {
     IcReq icq;
     fill_ic_req(icq, 0, n.hdgst, n.ddgst, 0);
     Collector c;
-    Errc err = Errc::ok;
     auto icw = wire(&icq, sizeof icq, {});
-    REQUIRE(reader.consume(icw.data(), icw.size(), c, err) == kIcLen);
-    REQUIRE(err == Errc::ok);
+    const auto ic = reader.consume(icw.data(), icw.size(), c);
+    REQUIRE(ic.bytes == kIcLen);
+    REQUIRE(ic.error == Errc::ok);
     reader.set_negotiated(n);
     REQUIRE(feed(reader, stream, c, 13) == Errc::ok);
     REQUIRE(c.pdus.size() == 4);

@@ -334,9 +334,7 @@ std::error_code read_pdu(Wire& wire, OnePdu& sink, const Negotiated& neg, Clock:
     return logged(label, hc.err, make_error_code(hc.err).message() + ": " + hc.what);
   if (ch.plen > buf.size()) return logged(label, Errc::malformed_pdu, "malformed PDU: PLEN too large");
   if (const int r = wire.recv_exact(buf.data() + sizeof ch, ch.plen - sizeof ch, deadline)) return io_error(r);
-  Errc err = Errc::ok;
-  reader.consume(buf.data(), ch.plen, sink, err);
-  if (err != Errc::ok) {
+  if (const Errc err = reader.consume(buf.data(), ch.plen, sink).error; err != Errc::ok) {
     const std::string why = sink.why.empty()
                                 ? make_error_code(err).message() + ": " + reader.last_check().what
                                 : sink.why;

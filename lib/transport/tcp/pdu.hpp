@@ -197,8 +197,8 @@ enum class ConsumeUntil : uint8_t {
 ///       of at least hc.data_len bytes (nullptr discards the data) or return an error.
 ///   Errc on_pdu(const uint8_t* hdr, const HeaderCheck& hc)
 ///       the whole PDU arrived, data digest verified.
-/// consume() returns bytes used, or stops early and sets `err` (the connection must then be
-/// failed). The header bytes stay valid until the next consume(). With ConsumeUntil::pdu_end it
+/// consume() returns the bytes used, and an error when it stopped early (the connection must then
+/// be failed). The header bytes stay valid until the next consume(). With ConsumeUntil::pdu_end it
 /// returns after at most one on_pdu call.
 class PduReader {
  public:
@@ -217,9 +217,14 @@ class PduReader {
     if (dst_ && dst_ >= base && dst_ < base + len) dst_ = nullptr;
   }
 
+  /// What consume() took from its input, and why it stopped early (Errc::ok: it did not; the
+  /// details are in last_check()).
+  struct Consumed {
+    size_t bytes = 0;
+    Errc error = Errc::ok;
+  };
   template <class Handler>
-  size_t consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
-                 ConsumeUntil until = ConsumeUntil::input_end) noexcept;
+  Consumed consume(const uint8_t* p, size_t n, Handler& h, ConsumeUntil until = ConsumeUntil::input_end) noexcept;
 
  private:
   enum class Phase : uint8_t { common, header, pad, data, ddgst };

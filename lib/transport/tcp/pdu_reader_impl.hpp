@@ -8,10 +8,9 @@
 namespace nvmeof::tcp {
 
 template <class Handler>
-size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
-                          ConsumeUntil until) noexcept {
+PduReader::Consumed PduReader::consume(const uint8_t* p, size_t n, Handler& h, ConsumeUntil until) noexcept {
   size_t used = 0;
-  err = Errc::ok;
+  Errc err = Errc::ok;
   while (used < n) {
     const size_t avail = n - used;
     switch (phase_) {
@@ -20,13 +19,13 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
         std::memcpy(hdr_ + got_, p + used, take);
         got_ += static_cast<uint32_t>(take);
         used += take;
-        if (got_ < sizeof(CommonHeader)) return used;
+        if (got_ < sizeof(CommonHeader)) return {used, err};
         CommonHeader ch;
         std::memcpy(&ch, hdr_, sizeof ch);
         check_ = check_common_header(ch, role_, neg_, max_data_);
         if (check_.err != Errc::ok) {
           err = check_.err;
-          return used;
+          return {used, err};
         }
         phase_ = Phase::header;
         break;
@@ -38,18 +37,18 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
         std::memcpy(hdr_ + got_, p + used, take);
         got_ += static_cast<uint32_t>(take);
         used += take;
-        if (got_ < want) return used;
-        if ((err = finish_header()) != Errc::ok) return used;
+        if (got_ < want) return {used, err};
+        if ((err = finish_header()) != Errc::ok) return {used, err};
         dst_ = nullptr;
         if ((err = h.on_header(hdr_, check_, dst_)) != Errc::ok) {
           fail(err, Fes::invalid_header_field, 0, "rejected by handler");
-          return used;
+          return {used, err};
         }
         crc_ = detail::kCrc32cSeed;
         got_ = 0;
         phase_ = check_.pad_len ? Phase::pad : (check_.data_len ? Phase::data : Phase::common);
         if (phase_ == Phase::common) {
-          if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
+          if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return {used, err};
         }
         break;
       }
@@ -57,7 +56,7 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
         const size_t take = std::min<size_t>(check_.pad_len - got_, avail);
         got_ += static_cast<uint32_t>(take);
         used += take;
-        if (got_ < check_.pad_len) return used;
+        if (got_ < check_.pad_len) return {used, err};
         got_ = 0;
         phase_ = Phase::data;
         break;
@@ -68,14 +67,14 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
         if (check_.has_ddgst) crc_ = detail::crc32c_update(crc_, p + used, take);
         got_ += static_cast<uint32_t>(take);
         used += take;
-        if (got_ < check_.data_len) return used;
+        if (got_ < check_.data_len) return {used, err};
         got_ = 0;
         if (check_.has_ddgst) {
           phase_ = Phase::ddgst;
           break;
         }
         phase_ = Phase::common;
-        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
+        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return {used, err};
         break;
       }
       case Phase::ddgst: {
@@ -83,21 +82,21 @@ size_t PduReader::consume(const uint8_t* p, size_t n, Handler& h, Errc& err,
         std::memcpy(dgst_ + got_, p + used, take);
         got_ += static_cast<uint32_t>(take);
         used += take;
-        if (got_ < kDigestLen) return used;
+        if (got_ < kDigestLen) return {used, err};
         uint32_t want;
         std::memcpy(&want, dgst_, sizeof want);
         got_ = 0;
         phase_ = Phase::common;
         if (want != detail::crc32c_final(crc_)) {
           err = fail(Errc::data_digest_error, Fes::none, 0, "data digest mismatch");
-          return used;
+          return {used, err};
         }
-        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return used;
+        if ((err = h.on_pdu(hdr_, check_)) != Errc::ok || until == ConsumeUntil::pdu_end) return {used, err};
         break;
       }
     }
   }
-  return used;
+  return {used, err};
 }
 
 }  // namespace nvmeof::tcp

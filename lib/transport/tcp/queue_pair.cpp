@@ -263,8 +263,8 @@ void QueuePair::unlink(uint16_t cid) noexcept {
 }
 
 // Every turn, after the completions: the send first, then the receive is armed again. A receive
-// that finds no data arms a poll before the next SQE is issued, so queued ahead of the send (as
-// on_recv used to re-arm) it held back every QD1 command by that much.
+// that finds no data arms a poll before the next SQE is issued, so queued ahead of the send it
+// would hold back every QD1 command by that much.
 int QueuePair::poll_fn(void* self) noexcept {
   auto& qp = *static_cast<QueuePair*>(self);
   if (qp.reactor_.spinning() && !qp.core_->recv_armed) {
@@ -515,8 +515,7 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
   }
   RecvSink sink{*this};
   fail_detail_ = nullptr;
-  Errc err = Errc::ok;
-  reader_.consume(static_cast<uint8_t*>(c.rbuf.data()), static_cast<size_t>(cqe.res), sink, err);
+  const Errc err = reader_.consume(static_cast<uint8_t*>(c.rbuf.data()), static_cast<size_t>(cqe.res), sink).error;
   if (state_ != QpState::live) {
     // A completion callback closed the pair, or a handler failed it.
     if (c.inflight == 0) finish_teardown();
@@ -804,8 +803,7 @@ void QueuePair::tls_receive(size_t n) noexcept {
     }
     if (*got == 0) break;
     fail_detail_ = nullptr;
-    Errc err = Errc::ok;
-    reader_.consume(plain, *got, sink, err);
+    const Errc err = reader_.consume(plain, *got, sink).error;
     if (state_ != QpState::live) return;
     if (err != Errc::ok) {
       fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
