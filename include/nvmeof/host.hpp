@@ -84,6 +84,8 @@ struct HostControllerStats {
   uint64_t ios = 0;          ///< commands completed on its I/O queues, every volume's
   uint64_t failovers = 0;
   uint64_t reconnects = 0;
+  uint32_t write_fence_ms = 0;   ///< as PathStats::write_fence_ms
+  std::string write_fence_rule;  ///< as PathStats::write_fence_rule
 };
 
 struct HostStats {

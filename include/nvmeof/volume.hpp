@@ -159,6 +159,13 @@ struct PathStats {
   uint64_t connect_failures = 0;
   std::string last_connect_error;
   uint16_t cqt_ms = 0;
+  /// After this path fails, how long its writes whose outcome is unknown may wait before they
+  /// move (the fence; known at connect), and the rule that gives it: "ccr" (a cross-controller
+  /// reset through another path: about the target's CQT), "kato+cqt" (no CCR: 2 or 3 x KATO +
+  /// CQT), "kato+bound" (no CCR, no CQT reported: VolumeOptions::fence_bound or the KATO stands
+  /// in for CQT), "kernel" (a kernel path), "" before the first connect.
+  uint32_t write_fence_ms = 0;
+  std::string write_fence_rule;
   // -- observability (issue 12): what nvmeof-paths and the metrics show per path --
   std::string transport;     ///< "tcp", "rdma", "passthrough"
   std::string traddr;

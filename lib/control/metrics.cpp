@@ -209,6 +209,9 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
        [](const PathStats& p) { return static_cast<double>(p.keep_alives); }},
       {"nvmeof_path_reconnects_total", "Times the path was reconnected", MetricType::Counter,
        [](const PathStats& p) { return static_cast<double>(p.reconnects); }},
+      {"nvmeof_path_write_fence_seconds",
+       "After the path fails, how long its writes may wait for their fence before they move (known at connect)",
+       MetricType::Gauge, [](const PathStats& p) { return static_cast<double>(p.write_fence_ms) / 1e3; }},
   };
   add_field_families(out, kPath, s.paths, [&](const PathStats& p) -> std::map<std::string, std::string> {
     return {{"volume", volume},
@@ -259,6 +262,9 @@ std::vector<MetricFamily> host_families(const HostStats& s) {
        [](const HostControllerStats& c) { return static_cast<double>(c.failovers); }},
       {"nvmeof_controller_reconnects_total", "Times the controller was reconnected", MetricType::Counter,
        [](const HostControllerStats& c) { return static_cast<double>(c.reconnects); }},
+      {"nvmeof_controller_write_fence_seconds",
+       "After the controller fails, how long its writes may wait for their fence before they move",
+       MetricType::Gauge, [](const HostControllerStats& c) { return static_cast<double>(c.write_fence_ms) / 1e3; }},
   };
   add_field_families(out, kController, s.controllers,
                      [](const HostControllerStats& c) -> std::map<std::string, std::string> {

@@ -349,6 +349,8 @@ HostStats Host::stats() const {
       for (const auto& l : sub->lanes_) c.ios += l->path(sp->index).ios.load(std::memory_order_relaxed);
       c.failovers = sp->failovers.load(std::memory_order_relaxed);
       c.reconnects = sp->reconnects.load(std::memory_order_relaxed);
+      c.write_fence_ms = sp->write_fence_ms.load(std::memory_order_relaxed);
+      c.write_fence_rule = to_string(sp->write_fence_rule.load(std::memory_order_relaxed));
       s.controllers.push_back(std::move(c));
     }
   }

@@ -35,6 +35,45 @@ HoldTimes hold_times(uint32_t kato_ms, bool traffic_based_keep_alive, uint16_t c
   return t;
 }
 
+const char* to_string(WriteFenceRule r) noexcept {
+  switch (r) {
+    case WriteFenceRule::unknown: return "";
+    case WriteFenceRule::ccr: return "ccr";
+    case WriteFenceRule::cqt: return "kato+cqt";
+    case WriteFenceRule::kato: return "kato+bound";
+    case WriteFenceRule::none: return "kernel";
+  }
+  return "";
+}
+
+WriteFenceBound write_fence_bound(const HoldTimes& t, bool ccr, bool cqt_reported) noexcept {
+  constexpr uint64_t kMs = 1'000'000;
+  // A CCR completes once the impacted controller's queues have quiesced: the target's CQT. The
+  // hold stands behind it (a CCR refused or unanswered costs the hold), so it is the worst case
+  // only when every CCR fails.
+  if (ccr) return {WriteFenceRule::ccr, t.quiesce_ns / kMs};
+  return {cqt_reported ? WriteFenceRule::cqt : WriteFenceRule::kato, t.hold_ns / kMs};
+}
+
+std::string explain(const WriteFenceBound& b, uint32_t kato_ms, bool traffic_based_keep_alive, uint16_t cqt_ms) {
+  const std::string times = traffic_based_keep_alive ? "3" : "2";
+  const std::string kato = times + " x KATO (" + std::to_string(kato_ms) + " ms";
+  switch (b.rule) {
+    case WriteFenceRule::ccr:
+      return "a cross-controller reset through another path waits for the target's command quiesce time";
+    case WriteFenceRule::cqt:
+      return "the controller has no cross-controller reset (CCR), so writes wait " + kato + ") + CQT (" +
+             std::to_string(cqt_ms) + " ms)";
+    case WriteFenceRule::kato:
+      return "the controller has no cross-controller reset (CCR) and reports no command quiesce time (CQT), so "
+             "writes wait " + kato + ") + " + std::to_string(b.ms - uint64_t{kato_ms} * (traffic_based_keep_alive ? 3 : 2)) +
+             " ms standing in for CQT (VolumeOptions::fence_bound, else the KATO)";
+    case WriteFenceRule::unknown:
+    case WriteFenceRule::none: break;
+  }
+  return {};
+}
+
 FailoverMachine::FailoverMachine(FailoverEnv& env, size_t npaths, Timing timing, FenceMode mode)
     : env_(env), timing_(timing), mode_(mode), paths_(npaths) {
   for (auto& p : paths_) {

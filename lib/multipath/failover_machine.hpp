@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -46,6 +47,29 @@ struct HoldTimes {
 /// that is 0 too, the KATO does).
 HoldTimes hold_times(uint32_t kato_ms, bool traffic_based_keep_alive, uint16_t cqt_ms,
                      uint32_t bound_ms) noexcept;
+
+/// The failover budget: a failed path is left behind, reads and writes, within this (ms).
+inline constexpr uint64_t kFailoverBudgetMs = 50;
+
+/// How long after a controller is found dead its writes may wait for their fence (ARCHITECTURE.md,
+/// "Failover"), known at connect: what the user is told before it bites.
+enum class WriteFenceRule : uint8_t {
+  unknown,  ///< not connected yet
+  ccr,      ///< a cross-controller reset through another path: about the target's CQT
+  cqt,      ///< no CCR: (2 or 3) x KATO + the CQT the controller reports
+  kato,     ///< no CCR and no CQT reported: (2 or 3) x KATO + the bound standing in for CQT
+  none,     ///< a kernel path: the kernel fences its own controller
+};
+const char* to_string(WriteFenceRule r) noexcept;
+struct WriteFenceBound {
+  WriteFenceRule rule = WriteFenceRule::unknown;
+  uint64_t ms = 0;
+};
+/// `ccr`: a CCR can name this controller and another path's controller can send one (the
+/// controllers of a subsystem alike: this one reports CCRL > 0, and there is another path).
+WriteFenceBound write_fence_bound(const HoldTimes& t, bool ccr, bool cqt_reported) noexcept;
+/// One line for the log when the bound exceeds the failover budget: why, in the user's terms.
+std::string explain(const WriteFenceBound& b, uint32_t kato_ms, bool traffic_based_keep_alive, uint16_t cqt_ms);
 
 /// What the machine asks of its owner. Every call returns at once; results come back as events.
 class FailoverEnv {

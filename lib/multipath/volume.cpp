@@ -168,6 +168,18 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   sp.cqt_ms = ci.cqt_ms;
   sp.crdt_100ms = ci.crdt_100ms;
   sp.facts = facts;
+  // Said before it bites: a controller whose writes would wait past the failover budget.
+  const WriteFenceBound wb =
+      sp.addr.transport == Transport::passthrough
+          ? WriteFenceBound{WriteFenceRule::none, 0}
+          : write_fence_bound(facts.times, facts.can_be_reset && facts.can_reset_others && paths_.size() > 1,
+                              ci.cqt_ms != 0);
+  sp.write_fence_ms.store(static_cast<uint32_t>(std::min<uint64_t>(wb.ms, UINT32_MAX)));
+  sp.write_fence_rule.store(wb.rule);
+  if (wb.ms > kFailoverBudgetMs && !sp.write_fence_logged.exchange(true))
+    nvmeof::detail::log_warning("nvmeof: path %s: after a failure its writes may wait up to %llu ms to move: %s\n",
+                                sp.addr.to_string().c_str(), static_cast<unsigned long long>(wb.ms),
+                                explain(wb, ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms).c_str());
   sp.quiesce_ns.store(facts.times.quiesce_ns);
   std::lock_guard lock(sp.ctrl_mu);
   sp.ctrl = std::move(ctrl);

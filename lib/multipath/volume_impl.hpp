@@ -78,6 +78,11 @@ struct SharedPath {
   }
   PathFacts facts;                     ///< what the failover machine knows of its controller
   uint16_t cqt_ms = 0;
+  /// How long its writes may wait for their fence after a failure (write_fence_bound), set at
+  /// each connect; read by stats from any thread.
+  std::atomic<uint32_t> write_fence_ms{0};
+  std::atomic<WriteFenceRule> write_fence_rule{WriteFenceRule::unknown};
+  std::atomic<bool> write_fence_logged{false};  ///< the over-budget line is said once per path
   std::array<uint16_t, 3> crdt_100ms{};
   uint32_t reported_generation = UINT32_MAX;  // guarded by SubsystemPaths::timeline_mu_
   std::atomic<uint64_t> failovers{0};

@@ -96,6 +96,8 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
       ps.last_connect_error = sp.last_connect_error;
     }
     ps.cqt_ms = sp.cqt_ms;
+    ps.write_fence_ms = sp.write_fence_ms.load(std::memory_order_relaxed);
+    ps.write_fence_rule = to_string(sp.write_fence_rule.load(std::memory_order_relaxed));
     ps.transport = sp.addr.transport == Transport::tcp    ? "tcp"
                    : sp.addr.transport == Transport::rdma ? "rdma"
                                                           : "passthrough";
@@ -171,6 +173,7 @@ std::string to_json(const VolumeStats& s) {
                           {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers}, {"keep_alives", p.keep_alives},
                           {"reconnects", p.reconnects}, {"connect_failures", p.connect_failures},
                           {"last_connect_error", p.last_connect_error}, {"cqt_ms", p.cqt_ms},
+                          {"write_fence_ms", p.write_fence_ms}, {"write_fence_rule", p.write_fence_rule},
                           {"transport", p.transport}, {"traddr", p.traddr}, {"trsvcid", p.trsvcid},
                           {"numa_node", p.numa_node}, {"reads", p.reads}, {"writes", p.writes},
                           {"read_bytes", p.read_bytes}, {"write_bytes", p.write_bytes}});
@@ -202,12 +205,13 @@ std::string to_text(const VolumeStats& s) {
   for (const auto& p : s.paths) {
     std::snprintf(line, sizeof line,
                   "  path %d %-22s %-10s ana %-15s grp %u  ios %llu  iops %.0f  lat p50 %.1f us p99 %.1f us  "
-                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu\n",
+                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu  write fence %u ms%s%s\n",
                   p.index, p.address.c_str(), to_string(p.state), to_string(p.ana_state), p.ana_group,
                   static_cast<unsigned long long>(p.ios), p.iops, p.latency.p50_us, p.latency.p99_us,
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                   static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
-                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects));
+                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
+                  p.write_fence_ms, p.write_fence_rule.empty() ? "" : " by ", p.write_fence_rule.c_str());
     out += line;
   }
   if (s.lanes_unanswered) {

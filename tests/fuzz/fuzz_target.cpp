@@ -430,8 +430,8 @@ class Exchange {
     if (!check_ || unparsed_) return;
     size_t off = 0;
     while (off < static_cast<size_t>(n)) {
-      Errc err = Errc::ok;
-      off += check_->consume(buf + off, static_cast<size_t>(n) - off, *this, err);
+      const auto [used, err] = check_->consume(buf + off, static_cast<size_t>(n) - off, *this);
+      off += used;
       if (err == Errc::ok) continue;
       // Stage 0 inputs bring their own ICReq, whatever it says: their output is not held to
       // parse (nor, then, their commands to be answered).

@@ -9,17 +9,19 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <future>
-
-#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
+#include "core/log.hpp"
 #include "nvmeof/host.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
@@ -500,4 +502,79 @@ TEST_CASE("keep-alive is traffic based: none while I/O completes, again when idl
   CHECK(done > 100);           // commands did flow all along
   CHECK(busy * 4 <= idle);     // without the traffic rule, busy sends as many as idle
   CHECK(st.paths.at(0).keep_alives >= idle);
+}
+
+namespace {
+
+// The library's log lines, kept while in scope (the sink is process-wide).
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  LogLines() {
+    detail::set_log_sink([](int, const char* msg, void* ctx) {
+      auto* self = static_cast<LogLines*>(ctx);
+      std::lock_guard lock(self->mu);
+      self->lines.emplace_back(msg);
+    }, this);
+  }
+  ~LogLines() { detail::set_log_sink(nullptr, nullptr); }
+  size_t count(const std::string& needle) {
+    std::lock_guard lock(mu);
+    return static_cast<size_t>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(needle) != std::string::npos;
+    }));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("each controller's write-fence bound is known at connect and said when over budget", "[engine][fence]") {
+  struct Case {
+    const char* name;
+    CcrSupport ccr;
+    bool report_cqt;
+    const char* rule;
+    const char* why;  // in the log line; nullptr: no line (within the budget)
+  };
+  const Case cases[] = {
+      {"CCR", CcrSupport::enabled, true, "ccr", nullptr},
+      {"no CCR, CQT reported", CcrSupport::disabled, true, "kato+cqt", "has no cross-controller reset (CCR), so"},
+      {"no CCR, no CQT", CcrSupport::disabled, false, "kato+bound", "reports no command quiesce time (CQT)"},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      TargetOptions to;
+      to.ports.assign(2, TargetPort{});
+      for (auto& p : to.ports) p.trsvcid = "0";
+      to.ccr = c.ccr;
+      to.report_cqt = c.report_cqt;
+      auto target = Target::start(to);
+      REQUIRE(target);
+      VolumeOptions vo;
+      for (size_t p = 0; p < 2; ++p) vo.paths.push_back(*TransportAddress::parse((*target)->port_address(p)));
+      vo.connect.subnqn = to.subsystems[0].nqn;
+      vo.placement = PlacementMode::unpinned;
+      LogLines log;
+      auto host = make_host(1);
+      auto vol = Volume::open(host, vo);
+      REQUIRE(vol);
+      const VolumeStats st = (*vol)->stats();
+      INFO(to_text(st));
+      for (const PathStats& p : st.paths) {
+        CHECK(p.write_fence_rule == c.rule);
+        if (c.why) {
+          CHECK(p.write_fence_ms > 2 * 100 + 10);  // 2 or 3 x KATO (100 ms) + CQT or its stand-in
+        } else {
+          CHECK(p.write_fence_ms == to.cqt_ms);  // a CCR waits for the target's quiesce only
+        }
+      }
+      for (const HostControllerStats& h : host->stats().controllers) {
+        CHECK(h.write_fence_rule == c.rule);
+        CHECK(h.write_fence_ms == st.paths.at(0).write_fence_ms);
+      }
+      // Said once per path at connect when over the 50 ms budget, with the reason.
+      CHECK(log.count("may wait up to") == (c.why ? 2u : 0u));
+      if (c.why) CHECK(log.count(c.why) == 2u);
+    }
+  }
 }

@@ -287,6 +287,8 @@ nlohmann::json to_json(const BenchReport& r) {
                      {"retries", p.stats.retries},
                      {"failovers", p.stats.failovers},
                      {"reconnects", p.stats.reconnects},
+                     {"write_fence_ms", p.stats.write_fence_ms},
+                     {"write_fence_rule", p.stats.write_fence_rule},
                      {"latency_us",
                       {{"p50", p.stats.latency.p50_us},
                        {"p99", p.stats.latency.p99_us},
@@ -482,6 +484,8 @@ std::string to_text(const BenchReport& r) {
     out << line;
     if (r.fault.injected)
       out << " (before fault " << p.ios_before_fault << ", after " << p.ios_after_fault << ")";
+    if (!p.stats.write_fence_rule.empty())
+      out << " write-fence=" << p.stats.write_fence_ms << "ms(" << p.stats.write_fence_rule << ")";
     out << "\n";
   }
 

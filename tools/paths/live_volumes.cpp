@@ -133,6 +133,8 @@ bool parse_live_volume(const nlohmann::json& r, const std::string& socket, LiveV
     p.failovers = get_or(pj, "failovers", uint64_t{0});
     p.reconnects = get_or(pj, "reconnects", uint64_t{0});
     p.numa_node = get_or(pj, "numa_node", -1);
+    p.write_fence_ms = get_or(pj, "write_fence_ms", 0u);
+    p.write_fence_rule = get_or(pj, "write_fence_rule", std::string());
     v.paths.push_back(std::move(p));
   }
   return true;
@@ -255,6 +257,9 @@ std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolu
                  static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
                  p.numa_node);
+      if (!p.write_fence_rule.empty())
+        out += fmt("        after a failure its writes wait up to %u ms for the fence (%s)\n", p.write_fence_ms,
+                   p.write_fence_rule.c_str());
     }
     for (const auto* v : g) {
       std::string ana;
@@ -307,7 +312,9 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                            {"retries", p.retries},
                            {"failovers", p.failovers},
                            {"reconnects", p.reconnects},
-                           {"numa_node", p.numa_node}});
+                           {"numa_node", p.numa_node},
+                           {"write_fence_ms", p.write_fence_ms},
+                           {"write_fence_rule", p.write_fence_rule}});
     }
     subs.push_back(Json{{"Name", v.name()},
                         {"NQN", v.nqn},
@@ -343,7 +350,9 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                            {"ios", p.ios},
                            {"errors", p.errors},
                            {"failovers", p.failovers},
-                           {"reconnects", p.reconnects}});
+                           {"reconnects", p.reconnects},
+                           {"write_fence_ms", p.write_fence_ms},
+                           {"write_fence_rule", p.write_fence_rule}});
   }
   return Json{{"Subsystems", std::move(subs)}, {"Controllers", std::move(ctrls)}, {"subsystems", kernel_json(kernel)}};
 }

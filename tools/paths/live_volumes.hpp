@@ -25,6 +25,8 @@ struct LivePath {
   double p50_us = 0, p99_us = 0;
   uint64_t errors = 0, retries = 0, failovers = 0, reconnects = 0;
   int numa_node = -1;
+  uint32_t write_fence_ms = 0;   ///< PathStats::write_fence_ms
+  std::string write_fence_rule;  ///< "" from a process that does not say
 };
 
 /// One volume (namespace). Volumes of one subsystem opened with the same paths and settings
