@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
 #include "nvmeof/controller.hpp"
@@ -29,49 +30,33 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
+using test::Rig;
 
-  explicit Rig(PollMode mode, unsigned reactors = 1, TargetPoll target_poll = TargetPoll::adaptive,
-               uint32_t kato_ms = kKatoShortest) {
-    TargetOptions to;
+// One path; the engine's reactors in `mode`, the target's connections in `target_poll`.
+// Not a test of dead paths: a long per-command deadline.
+Rig::Tweak polling(PollMode mode, unsigned reactors = 1, TargetPoll target_poll = TargetPoll::adaptive,
+                uint32_t kato_ms = kKatoShortest) {
+  return [=](TargetOptions& to, VolumeOptions& vo) {
     to.poll = target_poll;
-    to.ports.assign(1, TargetPort{});
-    to.ports[0].trsvcid = "0";
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo;
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target->port_number(0));
-    vo.paths.push_back(a);
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.connect.io_queue_depth = 64;
     vo.connect.kato_ms = kato_ms;
     vo.reactors = reactors;
     vo.poll = mode;
     vo.placement = PlacementMode::unpinned;
-    vo.io_deadline = 5s;  // not a test of dead paths
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
+    vo.io_deadline = 5s;
+  };
+}
 
-  uint64_t cpu_ns() const {
-    const auto s = vol->stats();
-    return std::accumulate(s.reactor_cpu_ns.begin(), s.reactor_cpu_ns.end(), uint64_t{0});
-  }
-};
+// CPU time of all the volume's reactor threads so far.
+uint64_t cpu_ns(const Rig& rig) {
+  const auto s = rig.vol->stats();
+  return std::accumulate(s.reactor_cpu_ns.begin(), s.reactor_cpu_ns.end(), uint64_t{0});
+}
 
 // Each call on its own LBAs (`base_lba`): a workload checks blocks against its own writes.
 void run_verified(Rig& rig, uint32_t qd, uint64_t base_lba) {
   test::VerifiedWorkload w(*rig.vol, qd, 32, base_lba);
   w.start();
-  const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
-  while (w.completed() < 2000 && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return w.completed() >= 2000; }, 20s);
   REQUIRE(w.finish(15s));
   INFO(to_text(rig.vol->stats()));
   INFO("first error: " << w.first_error());
@@ -137,7 +122,7 @@ TEST_CASE("poll modes parse and print", "[poll]") {
 }
 
 TEST_CASE("an adaptive volume moves verified data, then its idle reactors sleep", "[poll]") {
-  Rig rig(PollMode::adaptive, 2);
+  Rig rig(1, polling(PollMode::adaptive, 2));
   CHECK(rig.vol->stats().poll == PollMode::adaptive);
   run_verified(rig, 1, 0);  // QD1: the spin window after each submission
   run_verified(rig, 16, 1024);
@@ -161,13 +146,12 @@ TEST_CASE("an adaptive volume whose reads outlast its spin sleeps on an armed re
   // 250 us) ends before the answer, the pair must arm a ring receive before the lane sleeps, or
   // the answer would go unseen (the lane wakes only to spin after a submission or a deadline).
   // Every read here takes 3 ms at the target.
-  Rig rig(PollMode::adaptive);
+  Rig rig(1, polling(PollMode::adaptive));
   rig.target->set_latency(0, 3ms);
   const VolumeStats before = rig.vol->stats();
   test::VerifiedWorkload w(*rig.vol, 1, 32, 0);
   w.start();
-  const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
-  while (w.completed() < 200 && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return w.completed() >= 200; }, 20s);
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
   INFO(to_text(st));
@@ -188,7 +172,7 @@ TEST_CASE("an adaptive volume whose reads outlast its spin sleeps on an armed re
 }
 
 TEST_CASE("a sleeping volume moves verified data, then wakes only a few times a second", "[poll]") {
-  Rig rig(PollMode::sleep);
+  Rig rig(1, polling(PollMode::sleep));
   run_verified(rig, 4, 0);
   // PollMode::sleep: a wake-up per completion, and with nothing in flight no wake-up every
   // millisecond (a 1 ms loop would wake about a thousand times here, fewer only when load delays
@@ -201,22 +185,20 @@ TEST_CASE("a sleeping volume moves verified data, then wakes only a few times a 
 }
 
 TEST_CASE("a busy volume moves verified data and keeps spinning while idle", "[poll]") {
-  Rig rig(PollMode::busy);
+  Rig rig(1, polling(PollMode::busy));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
   // Nothing submitted: the reactor still burns CPU and its clock shows it. Waited for as an
   // event (however loaded the machine, a spinning thread gets 100 ms of CPU eventually).
-  const uint64_t before = rig.cpu_ns();
-  const uint64_t give_up = Reactor::clock_ns() + 30'000'000'000ull;
-  while (rig.cpu_ns() - before < 100'000'000 && Reactor::clock_ns() < give_up)
-    std::this_thread::sleep_for(10ms);
-  CHECK(rig.cpu_ns() - before >= 100'000'000);
+  const uint64_t before = cpu_ns(rig);
+  test::wait_until([&] { return cpu_ns(rig) - before >= 100'000'000; }, 30s);
+  CHECK(cpu_ns(rig) - before >= 100'000'000);
 }
 
 TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[poll][target]") {
   // No keep-alive: with nothing submitted, a target whose connections sleep passes over its
   // sockets not at all.
-  Rig rig(PollMode::adaptive, 1, TargetPoll::busy, 0);
+  Rig rig(1, polling(PollMode::adaptive, 1, TargetPoll::busy, 0));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
   // Nothing submitted: the I/O queue's connection thread still passes over its socket without
@@ -225,9 +207,7 @@ TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[p
   // sanitizers (it yields its core every 64 idle passes and waits out the others' slices). A
   // target whose connections sleep makes none.
   const PortStats before = rig.target->stats(0);
-  const uint64_t give_up = Reactor::clock_ns() + 30'000'000'000ull;
-  while (rig.target->stats(0).poll_passes - before.poll_passes < 10'000 && Reactor::clock_ns() < give_up)
-    std::this_thread::sleep_for(10ms);
+  test::wait_until([&] { return rig.target->stats(0).poll_passes - before.poll_passes >= 10'000; }, 30s);
   const PortStats after = rig.target->stats(0);
   INFO("passes " << after.poll_passes - before.poll_passes << ", wake-ups " << after.poll_wakeups - before.poll_wakeups);
   CHECK(after.poll_passes - before.poll_passes >= 10'000);
@@ -236,31 +216,25 @@ TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[p
 TEST_CASE("a busy target spins on I/O queues only: an admin queue alone sleeps between commands", "[poll][target]") {
   // A busy admin queue was a second never-sleeping thread beside the I/O queue's on the
   // target's CPU; every so often the I/O queue waited out a whole scheduler slice behind it.
-  TargetOptions to;
+  TargetOptions to = test::rig_target_options(1);
   to.poll = TargetPoll::busy;
-  to.ports.assign(1, TargetPort{});
-  to.ports[0].trsvcid = "0";
-  auto t = Target::start(to);
-  REQUIRE(t);
-  TransportAddress a;
-  a.traddr = "127.0.0.1";
-  a.trsvcid = std::to_string((*t)->port_number(0));
+  Rig rig(to);
   ControlPlane cp;
   ConnectOptions co;
   co.subnqn = to.subsystems[0].nqn;
-  auto ctrl = Controller::connect(cp, a, co);
+  auto ctrl = Controller::connect(cp, rig.addr(0), co);
   REQUIRE(ctrl);
   REQUIRE((*ctrl)->keep_alive());  // the admin queue serves commands
   // The host's keep-alives (every KATO / 4, 25 ms) wake the admin queue a few dozen times; after
   // each it spins at most poll_spin_us, then sleeps again.
-  const TargetIdle idle = target_idle(**t, 1000ms);
+  const TargetIdle idle = target_idle(*rig.target, 1000ms);
   INFO("an admin queue alone on a busy target over 1 s: " << idle.passes << " passes, " << idle.wakeups << " wake-ups");
   CHECK(idle.wakeups >= 1);
   CHECK(idle.passes <= (idle.wakeups + 1) * kPassesPerWakeup);
 }
 
 TEST_CASE("an adaptive target moves verified data, then sleeps while idle", "[poll][target]") {
-  Rig rig(PollMode::adaptive, 1, TargetPoll::adaptive);
+  Rig rig(1, polling(PollMode::adaptive, 1, TargetPoll::adaptive));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
   // Both ends idle: the target's admin queue wakes for keep-alives only, its I/O queue not at
@@ -277,7 +251,7 @@ TEST_CASE("an adaptive target moves verified data, then sleeps while idle", "[po
 }
 
 TEST_CASE("a sleeping target moves verified data", "[poll][target]") {
-  Rig rig(PollMode::busy, 1, TargetPoll::sleep);
+  Rig rig(1, polling(PollMode::busy, 1, TargetPoll::sleep));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
 }
@@ -315,7 +289,7 @@ void write_sync(Volume& v, const void* buf, uint64_t slba) {
 }  // namespace
 
 TEST_CASE("stats() answers while a completion callback holds its reactor up", "[poll][stats]") {
-  Rig rig(PollMode::adaptive);
+  Rig rig(1, polling(PollMode::adaptive));
   const uint32_t bs = rig.vol->block_size();
   std::vector<uint8_t> pattern(bs), got(bs, 0);
   for (uint32_t i = 0; i < bs; ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -358,7 +332,7 @@ TEST_CASE("stats() answers while a completion callback holds its reactor up", "[
 // the waits it starts (detail::g_snapshot_wait_for_test), not timed.
 TEST_CASE("stats() waits once for all held-up reactors, not once per reactor", "[poll][stats]") {
   constexpr unsigned kLanes = 4;
-  Rig rig(PollMode::adaptive, kLanes);
+  Rig rig(1, polling(PollMode::adaptive, kLanes));
   const uint32_t bs = rig.vol->block_size();
   std::vector<std::vector<uint8_t>> pattern(kLanes, std::vector<uint8_t>(bs)), got(kLanes, std::vector<uint8_t>(bs, 0));
   for (unsigned l = 0; l < kLanes; ++l) {
