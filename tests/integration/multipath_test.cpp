@@ -67,16 +67,21 @@ Task one_read(Volume* v, uint8_t* buf, uint64_t lba, std::atomic<int>* ok, std::
   done->fetch_add(1);
 }
 
-// Runs the workload, applies `fault` after 300 ms, keeps running `after`, then checks.
+// Runs the workload, applies `fault` once I/O is moving, keeps running for at least `after` with
+// the fault in place, then checks. What is checked is waited for as events (I/O completed, the
+// timeline's entry), bounded, so that a loaded machine takes longer instead of failing.
 void run_fault(Rig& rig, const std::function<void()>& fault, std::chrono::milliseconds after,
                bool expect_event) {
   Workload w(*rig.vol);
   w.start();
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(test::wait_until([&] { return w.completed() >= 200; }, 20s));
   const uint64_t before = w.completed();
   REQUIRE(before > 0);
   fault();
-  std::this_thread::sleep_for(after);
+  std::this_thread::sleep_for(after);  // how long the fault runs under the workload, not a wait
+  test::wait_until([&] {
+    return w.completed() - before > 50 && (!expect_event || !rig.vol->stats().timeline.empty());
+  }, 20s);
   const uint64_t during = w.completed() - before;
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
@@ -386,8 +391,11 @@ TEST_CASE("ANA optimized to change and back: no errors, the path returns", "[mul
     std::this_thread::sleep_for(150ms);
     rig.target->set_ana_state(0, AnaState::optimized);
   }, 700ms, true);
-  std::this_thread::sleep_for(300ms);
-  CHECK(rig.vol->stats().paths[0].ana_state == AnaState::optimized);
+  // The path's return is read from the controller's next ANA log: waited for, not slept on.
+  const auto st = test::wait_for(*rig.vol, 20s, [](const VolumeStats& s) {
+    return s.paths[0].ana_state == AnaState::optimized;
+  });
+  CHECK(st.paths[0].ana_state == AnaState::optimized);
 }
 
 // The only usable path enters ANA change: its I/O is held (neither failed nor lost) for at most
@@ -843,15 +851,16 @@ TEST_CASE("three paths: a reset on one leaves two carrying I/O", "[multipath][fa
 TEST_CASE("a reset path reconnects and takes back its share (failback)", "[multipath][fault]") {
   Rig rig(2, with(SelectorKind::service_time, 500ms));
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::reset); }, 500ms, true);
-  const auto mid = rig.vol->stats();
+  // Waited for as an event: the reconnect.
+  const auto mid = test::wait_for(*rig.vol, 20s, [](const VolumeStats& s) {
+    return s.paths[0].reconnects >= 1 && s.paths[0].state == PathState::live;
+  });
   REQUIRE(mid.paths[0].reconnects >= 1);
   // Events, not a sleep: I/O runs until the reconnected path has carried some of it (or 10 s,
   // which only a path that never takes its share back reaches).
   Workload w(*rig.vol);
   w.start();
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (rig.vol->stats().paths[0].ios == mid.paths[0].ios && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(5ms);
+  test::wait_for(*rig.vol, 10s, [&](const VolumeStats& s) { return s.paths[0].ios > mid.paths[0].ios; });
   REQUIRE(w.finish(10s));
   const auto end = rig.vol->stats();
   INFO(to_text(end));
