@@ -71,7 +71,11 @@ TEST_CASE("a silent path is failed for its silence: deadline, then an unanswered
   REQUIRE(rig.vol->stats().timeline.empty());  // nothing failed before the cut
   const uint64_t cut_ns = Reactor::clock_ns();
   rig.target->inject(0, FaultKind::blackhole);
-  const auto st = wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return !s.timeline.empty(); });
+  // The timeline's entry is written where the failure is reported, the path's failover count
+  // once the control thread has failed it: both are waited for.
+  const auto st = wait_for(*rig.vol, 10s, [](const VolumeStats& s) {
+    return !s.timeline.empty() && s.paths.at(0).failovers >= 1;
+  });
   REQUIRE_FALSE(st.timeline.empty());
   const FailoverEvent& ev = st.timeline.at(0);
   INFO(to_text(st));
