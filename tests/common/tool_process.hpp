@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "wait.hpp"
+
 extern char** environ;
 
 namespace nvmeof::test {
@@ -110,17 +112,6 @@ inline CommandResult run_command(const std::string& command, int timeout_s = 30)
   const int st = ::pclose(f);
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
-}
-
-/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
-template <class F>
-bool wait_until(F&& cond, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    ::usleep(2000);
-  }
-  return true;
 }
 
 }  // namespace nvmeof::test

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
 #include "core/log.hpp"
@@ -52,22 +53,6 @@ uint64_t rss_bytes() {
   return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-// One I/O submitted and waited for (its completion, bounded) from this thread.
-NvmeStatus run_io(Volume& v, IoOp op, void* buf, uint64_t slba, uint32_t nlb) {
-  std::promise<NvmeStatus> done;
-  auto fut = done.get_future();
-  VolumeIo io;
-  io.op = op;
-  io.slba = slba;
-  io.nlb = nlb;
-  io.buf = buf;
-  io.user = &done;
-  io.done = [](VolumeIo& i, NvmeStatus s) noexcept { static_cast<std::promise<NvmeStatus>*>(i.user)->set_value(s); };
-  REQUIRE(v.submit(io) == 0);
-  REQUIRE(fut.wait_for(20s) == std::future_status::ready);
-  return fut.get();
-}
-
 // An engine of `reactors` unpinned reactors (the tests run on any machine).
 std::shared_ptr<Host> make_host(unsigned reactors) {
   HostOptions ho;
@@ -78,52 +63,45 @@ std::shared_ptr<Host> make_host(unsigned reactors) {
   return *host;
 }
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  TargetOptions to;
+using test::Rig;
+using test::run_io;
 
-  explicit Rig(size_t ports = 2) {
-    to.ports.assign(ports, TargetPort{});
-    for (auto& p : to.ports) p.trsvcid = "0";
-    to.subsystems[0].namespaces.clear();
-    for (int i = 0; i < kNamespaces; ++i) {
-      TargetNamespace ns;
-      ns.nsid = static_cast<uint32_t>(i + 1);
-      ns.size_bytes = 8ull << 20;
-      to.subsystems[0].namespaces.push_back(ns);
-    }
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
+// The rig's target with `ports` ports and one subsystem of kNamespaces namespaces of 8 MiB.
+Rig engine_rig(size_t ports = 2) {
+  TargetOptions to = test::rig_target_options(ports);
+  to.subsystems[0].namespaces.clear();
+  for (int i = 0; i < kNamespaces; ++i) {
+    TargetNamespace ns;
+    ns.nsid = static_cast<uint32_t>(i + 1);
+    ns.size_bytes = 8ull << 20;
+    to.subsystems[0].namespaces.push_back(ns);
   }
+  return Rig(to);
+}
 
-  VolumeOptions options(uint32_t nsid) const {
-    VolumeOptions vo;
-    for (size_t p = 0; p < to.ports.size(); ++p) {
-      TransportAddress a;
-      a.traddr = "127.0.0.1";
-      a.trsvcid = std::to_string(target->port_number(p));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.connect.io_queue_depth = 64;
-    vo.nsid = nsid;
-    vo.placement = PlacementMode::unpinned;
-    vo.io_deadline = 5s;  // not a test of silent paths
-    return vo;
-  }
-  uint64_t accepted() const { return target->stats(0).connections + (to.ports.size() > 1 ? target->stats(1).connections : 0); }
-  uint64_t live() const {
-    return target->stats(0).live_connections + (to.ports.size() > 1 ? target->stats(1).live_connections : 0);
-  }
-  // For the cases that check nothing failed over: a keep-alive timeout a loaded machine cannot
-  // miss (the shortest, 100 ms, can be when the control thread waits for a CPU).
-  VolumeOptions steady_options(uint32_t nsid) const {
-    VolumeOptions vo = options(nsid);
-    vo.connect.kato_ms = 5000;
-    return vo;
-  }
-};
+// A volume of namespace `nsid` over every port, on unpinned reactors (the tests run on any
+// machine); not a test of silent paths.
+VolumeOptions options(const Rig& rig, uint32_t nsid) {
+  VolumeOptions vo = rig.volume_options();
+  vo.nsid = nsid;
+  vo.placement = PlacementMode::unpinned;
+  vo.io_deadline = 5s;
+  return vo;
+}
+// For the cases that check nothing failed over: a keep-alive timeout a loaded machine cannot
+// miss (the shortest, 100 ms, can be when the control thread waits for a CPU).
+VolumeOptions steady_options(const Rig& rig, uint32_t nsid) {
+  VolumeOptions vo = options(rig, nsid);
+  vo.connect.kato_ms = 5000;
+  return vo;
+}
+// Connections the target accepted, and those still open, on its first two ports.
+uint64_t connections_accepted(const Rig& rig) {
+  return rig.stats(0).connections + (rig.to.ports.size() > 1 ? rig.stats(1).connections : 0);
+}
+uint64_t connections_live(const Rig& rig) {
+  return rig.stats(0).live_connections + (rig.to.ports.size() > 1 ? rig.stats(1).live_connections : 0);
+}
 
 void check_clean(test::VerifiedWorkload& w, const char* what) {
   INFO(what << ": first error: " << w.first_error());
@@ -135,7 +113,7 @@ void check_clean(test::VerifiedWorkload& w, const char* what) {
 }  // namespace
 
 TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(2);
   const size_t with_engine = thread_count();
   const HostStats hs = host->stats();
@@ -144,7 +122,7 @@ TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
 
   std::vector<std::unique_ptr<Volume>> vols;
   for (int i = 0; i < kNamespaces; ++i) {
-    auto v = Volume::open(host, rig.options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, options(rig, static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
   }
@@ -161,16 +139,16 @@ TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
 }
 
 TEST_CASE("Volume::open shares the process's engine between volumes of the same options", "[engine]") {
-  Rig rig;
-  auto a = Volume::open(rig.options(1));
+  Rig rig = engine_rig();
+  auto a = Volume::open(options(rig, 1));
   REQUIRE(a);
   const size_t one = thread_count();
-  const uint64_t conns_one = rig.accepted();
-  auto b = Volume::open(rig.options(2));
+  const uint64_t conns_one = connections_accepted(rig);
+  auto b = Volume::open(options(rig, 2));
   REQUIRE(b);
   // The second volume is a namespace of a subsystem already connected: no connection, no thread
   // (on either side).
-  CHECK(rig.accepted() == conns_one);
+  CHECK(connections_accepted(rig) == conns_one);
   CHECK(thread_count() == one);
   HostOptions same;
   same.placement = PlacementMode::unpinned;
@@ -181,21 +159,21 @@ TEST_CASE("Volume::open shares the process's engine between volumes of the same 
 
 TEST_CASE("volumes of one subsystem share its controllers: a second namespace opens no connection",
           "[engine][shared]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
-  auto first = Volume::open(host, rig.steady_options(1));
+  auto first = Volume::open(host, steady_options(rig, 1));
   REQUIRE(first);
   vols.push_back(std::move(*first));
-  const uint64_t one = rig.accepted();
+  const uint64_t one = connections_accepted(rig);
   CHECK(one == 2 * (1 + 2));  // per path: the admin queue and one I/O queue per reactor
   for (int i = 1; i < kNamespaces; ++i) {
-    auto v = Volume::open(host, rig.steady_options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, steady_options(rig, static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
   }
-  CHECK(rig.accepted() == one);
-  CHECK(rig.live() == one);
+  CHECK(connections_accepted(rig) == one);
+  CHECK(connections_live(rig) == one);
   HostStats hs = host->stats();
   CHECK(hs.volumes == kNamespaces);
   CHECK(hs.subsystems == 1);
@@ -221,9 +199,9 @@ TEST_CASE("volumes of one subsystem share its controllers: a second namespace op
     CHECK(vols[i]->ns().nsid == i + 1);
   }
   // Other settings (here the keep-alive) are other controllers.
-  auto apart = Volume::open(host, rig.options(1));
+  auto apart = Volume::open(host, options(rig, 1));
   REQUIRE(apart);
-  CHECK(rig.accepted() == 2 * one);
+  CHECK(connections_accepted(rig) == 2 * one);
   CHECK(host->stats().subsystems == 2);
   apart->reset();
   // The last volume of a subsystem closes its controllers; the others keep them.
@@ -231,24 +209,24 @@ TEST_CASE("volumes of one subsystem share its controllers: a second namespace op
   hs = host->stats();
   CHECK(hs.subsystems == 1);
   for (const auto& c : hs.controllers) CHECK(c.volumes == 1);
-  CHECK(test::wait_until([&] { return rig.live() == one; }));
+  CHECK(test::wait_until([&] { return connections_live(rig) == one; }));
   vols.clear();
   CHECK(host->stats().subsystems == 0);
-  CHECK(test::wait_until([&] { return rig.live() == 0; }));
+  CHECK(test::wait_until([&] { return connections_live(rig) == 0; }));
 }
 
 TEST_CASE("a partition or a blackhole fails over every namespace on the shared controller with one CCR",
           "[engine][faults]") {
   const FaultKind kind = GENERATE(FaultKind::partition, FaultKind::blackhole);
   INFO((kind == FaultKind::partition ? "partition" : "blackhole"));
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
   std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
   for (int i = 0; i < kNamespaces; ++i) {
     // Found silent by its I/O (the lanes' deadline); a keep-alive timeout the target keeps the
     // controller for, so that the CCR finds it (one that ended by itself needs no reset).
-    VolumeOptions vo = rig.steady_options(static_cast<uint32_t>(i + 1));
+    VolumeOptions vo = steady_options(rig, static_cast<uint32_t>(i + 1));
     vo.io_deadline = 0us;
     auto v = Volume::open(host, vo);
     REQUIRE(v);
@@ -297,13 +275,13 @@ TEST_CASE("a partition or a blackhole fails over every namespace on the shared c
 }
 
 TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave nothing behind", "[engine][shared]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(1);
-  auto keep = Volume::open(host, rig.steady_options(1));
+  auto keep = Volume::open(host, steady_options(rig, 1));
   REQUIRE(keep);
   std::vector<uint8_t> buf(4096);
   auto cycle = [&](int i) {
-    auto v = Volume::open(host, rig.steady_options(2));
+    auto v = Volume::open(host, steady_options(rig, 2));
     REQUIRE(v);
     // Usable each time: a block written and read back.
     const uint32_t bs = (*v)->block_size();
@@ -316,14 +294,14 @@ TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave n
   };
   for (int i = 0; i < 50; ++i) cycle(i);  // what the first ones allocate for good
   const size_t fds = fd_count(), threads = thread_count();
-  const uint64_t rss = rss_bytes(), accepted = rig.accepted();
+  const uint64_t rss = rss_bytes(), accepted = connections_accepted(rig);
   for (int i = 0; i < 1000; ++i) cycle(i);
   const double grew_mib = (static_cast<double>(rss_bytes()) - static_cast<double>(rss)) / (1 << 20);
   INFO("descriptors " << fds << " -> " << fd_count() << ", threads " << threads << " -> " << thread_count()
                       << ", RSS grew " << grew_mib << " MiB");
   CHECK(fd_count() == fds);
   CHECK(thread_count() == threads);
-  CHECK(rig.accepted() == accepted);  // not one connection for a thousand volumes
+  CHECK(connections_accepted(rig) == accepted);  // not one connection for a thousand volumes
 #if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer holds freed memory in its quarantine (256 MiB by default) on purpose: the
   // release run is the one that measures memory.
@@ -336,12 +314,12 @@ TEST_CASE("a thousand volumes opened and closed on a connected subsystem leave n
 }
 
 TEST_CASE("namespaces on one engine move verified data through a path reset", "[engine][faults]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(2);
   std::vector<std::unique_ptr<Volume>> vols;
   std::vector<std::unique_ptr<test::VerifiedWorkload>> work;
   for (int i = 0; i < kNamespaces; ++i) {
-    auto v = Volume::open(host, rig.options(static_cast<uint32_t>(i + 1)));
+    auto v = Volume::open(host, options(rig, static_cast<uint32_t>(i + 1)));
     REQUIRE(v);
     vols.push_back(std::move(*v));
     work.push_back(std::make_unique<test::VerifiedWorkload>(*vols.back(), 8));
@@ -375,15 +353,15 @@ TEST_CASE("namespaces on one engine move verified data through a path reset", "[
 }
 
 TEST_CASE("a volume closing and reopening disturbs none of the others on its engine", "[engine]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(2);
-  auto keep = Volume::open(host, rig.steady_options(1));
+  auto keep = Volume::open(host, steady_options(rig, 1));
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 8);
   w.start();
-  const uint64_t accepted = rig.accepted();
+  const uint64_t accepted = connections_accepted(rig);
   for (int round = 0; round < 20; ++round) {
-    auto v = Volume::open(host, rig.steady_options(2));  // on the same controllers
+    auto v = Volume::open(host, steady_options(rig, 2));  // on the same controllers
     REQUIRE(v);
     // Its own blocks each round: a workload checks what it reads against its own writes only.
     test::VerifiedWorkload other(**v, 2, 32, static_cast<uint64_t>(round) * 64);
@@ -392,7 +370,7 @@ TEST_CASE("a volume closing and reopening disturbs none of the others on its eng
     REQUIRE(other.finish(15s));
     check_clean(other, "reopened volume");
   }
-  CHECK(rig.accepted() == accepted);
+  CHECK(connections_accepted(rig) == accepted);
   REQUIRE(w.finish(15s));
   check_clean(w, "volume kept open");
   INFO(to_text((*keep)->stats()));
@@ -401,15 +379,15 @@ TEST_CASE("a volume closing and reopening disturbs none of the others on its eng
 }
 
 TEST_CASE("a namespace that does not exist fails its open and disturbs nothing", "[engine]") {
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(1);
-  auto keep = Volume::open(host, rig.steady_options(1));
+  auto keep = Volume::open(host, steady_options(rig, 1));
   REQUIRE(keep);
   test::VerifiedWorkload w(**keep, 4);
   w.start();
-  auto bad = Volume::open(host, rig.steady_options(99));  // on the connected controllers
+  auto bad = Volume::open(host, steady_options(rig, 99));  // on the connected controllers
   REQUIRE_FALSE(bad);
-  auto bad_apart = Volume::open(host, rig.options(99));  // on controllers of its own
+  auto bad_apart = Volume::open(host, options(rig, 99));  // on controllers of its own
   REQUIRE_FALSE(bad_apart);
   CHECK(host->stats().subsystems == 1);
   CHECK(host->stats().volumes == 1);
@@ -423,14 +401,14 @@ TEST_CASE("a namespace that does not exist fails its open and disturbs nothing",
 TEST_CASE("a namespace bound on connected controllers takes their current ANA state", "[engine][ana]") {
   // The second volume's ANA state comes from the controller's newest ANA log (read at its connect
   // or its last refresh), not from a read of its own: it must be the state after a change.
-  Rig rig;
+  Rig rig = engine_rig();
   auto host = make_host(1);
-  auto first = Volume::open(host, rig.steady_options(1));
+  auto first = Volume::open(host, steady_options(rig, 1));
   REQUIRE(first);
   CHECK((*first)->stats().paths[1].ana_state == AnaState::optimized);
   rig.target->set_ana_state(1, AnaState::inaccessible);
   REQUIRE(test::wait_until([&] { return (*first)->stats().paths[1].ana_state == AnaState::inaccessible; }));
-  auto second = Volume::open(host, rig.steady_options(2));
+  auto second = Volume::open(host, steady_options(rig, 2));
   REQUIRE(second);
   CHECK(host->stats().subsystems == 1);
   CHECK((*second)->stats().paths[1].ana_state == AnaState::inaccessible);
@@ -438,7 +416,7 @@ TEST_CASE("a namespace bound on connected controllers takes their current ANA st
   // And back: both volumes follow, and one opened now sees it too.
   rig.target->set_ana_state(1, AnaState::optimized);
   REQUIRE(test::wait_until([&] { return (*second)->stats().paths[1].ana_state == AnaState::optimized; }));
-  auto third = Volume::open(host, rig.steady_options(3));
+  auto third = Volume::open(host, steady_options(rig, 3));
   REQUIRE(third);
   CHECK((*third)->stats().paths[1].ana_state == AnaState::optimized);
   CHECK((*first)->stats().paths[1].ana_state == AnaState::optimized);
@@ -474,8 +452,8 @@ TEST_CASE("a passthrough path needs an engine with big ring entries", "[engine]"
 // timer); idle, it sends them again, so a silent controller is still found. Counted on the
 // target, the same wall time idle and busy side by side (a loaded machine delays both alike).
 TEST_CASE("keep-alive is traffic based: none while I/O completes, again when idle", "[engine][keepalive]") {
-  Rig rig(1);
-  auto v = Volume::open(rig.options(1));
+  Rig rig = engine_rig(1);
+  auto v = Volume::open(options(rig, 1));
   REQUIRE(v);
   auto kas = [&] { return rig.target->stats(0).keep_alive_commands; };
   // A short wait first: the first turns of the connection are not what is measured.

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/tracked_io.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
@@ -26,63 +27,19 @@
 using namespace nvmeof;
 using namespace std::chrono_literals;
 
+using test::Rig;
+using test::wait_for;
+
 namespace {
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
-
-  // The derived per-command deadline (15 to 25 ms): the one these tests are about, unless
-  // `tweak_volume` sets one. `tweak_target` sees the ports before the target starts.
-  explicit Rig(size_t nports, SelectorKind sel = SelectorKind::round_robin,
-               const std::function<void(TargetOptions&)>& tweak_target = {},
-               const std::function<void(VolumeOptions&)>& tweak_volume = {}) {
-    TargetOptions to;
-    to.ports.clear();
-    for (size_t i = 0; i < nports; ++i) {
-      TargetPort p;
-      p.trsvcid = "0";
-      to.ports.push_back(p);
-    }
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    if (tweak_target) tweak_target(to);
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo;
-    for (size_t i = 0; i < nports; ++i) {
-      TransportAddress a;
-      a.traddr = "127.0.0.1";
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.connect.io_queue_depth = 64;
-    vo.selector = sel;
-    vo.no_path_timeout = 10s;
-    if (tweak_volume) tweak_volume(vo);
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-};
-
-// Polls the volume's stats until `pred` holds (bounded): waits for an event, never a sleep.
-template <class Pred>
-VolumeStats wait_for(Volume& v, std::chrono::milliseconds bound, Pred pred) {
-  const uint64_t give_up = Reactor::clock_ns() + static_cast<uint64_t>(bound.count()) * 1'000'000;
-  VolumeStats s = v.stats();
-  while (!pred(s) && Reactor::clock_ns() < give_up) {
-    std::this_thread::sleep_for(2ms);
-    s = v.stats();
-  }
-  return s;
-}
+// Round-robin: half the reads keep going to a slowed path. The derived per-command deadline
+// (15 to 25 ms) is the one these tests are about, unless a case sets one.
+void round_robin(TargetOptions&, VolumeOptions& vo) { vo.selector = SelectorKind::round_robin; }
 
 }  // namespace
 
 TEST_CASE("a path whose latency jumps to 40 ms is hedged, not failed", "[hedge]") {
-  Rig rig(2);  // round-robin: half the reads keep going to the slow path
+  Rig rig(2, round_robin);
   test::VerifiedWorkload w(*rig.vol, 8);
   w.start();
   REQUIRE(wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
@@ -107,14 +64,18 @@ TEST_CASE("a path whose latency jumps to 40 ms is hedged, not failed", "[hedge]"
 }
 
 TEST_CASE("a silent path is failed for its silence: deadline, then an unanswered probe", "[hedge]") {
-  Rig rig(2);
+  Rig rig(2, round_robin);
   test::VerifiedWorkload w(*rig.vol, 8);
   w.start();
   REQUIRE(wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
   REQUIRE(rig.vol->stats().timeline.empty());  // nothing failed before the cut
   const uint64_t cut_ns = Reactor::clock_ns();
   rig.target->inject(0, FaultKind::blackhole);
-  const auto st = wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return !s.timeline.empty(); });
+  // The timeline's entry is written where the failure is reported, the path's failover count
+  // once the control thread has failed it: both are waited for.
+  const auto st = wait_for(*rig.vol, 10s, [](const VolumeStats& s) {
+    return !s.timeline.empty() && s.paths.at(0).failovers >= 1;
+  });
   REQUIRE_FALSE(st.timeline.empty());
   const FailoverEvent& ev = st.timeline.at(0);
   INFO(to_text(st));
@@ -140,7 +101,7 @@ TEST_CASE("a silent path is failed for its silence: deadline, then an unanswered
 }
 
 TEST_CASE("a single slow path is never failed on a deadline", "[hedge]") {
-  Rig rig(1);
+  Rig rig(1, round_robin);
   test::VerifiedWorkload w(*rig.vol, 4);
   w.start();
   REQUIRE(wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return s.completed > 100; }).completed > 100);
@@ -185,9 +146,8 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
     Hook() { detail::g_io_trace_for_test = &rehedge::hook; }
     ~Hook() { detail::g_io_trace_for_test = nullptr; }
   } hook;
-  Rig rig(3, VolumeOptions{}.selector, [](TargetOptions& to) {
+  Rig rig(3, [](TargetOptions& to, VolumeOptions& vo) {
     to.ports[2].ana_state = AnaState::non_optimized;
-  }, [](VolumeOptions& vo) {
     vo.connect.kato_ms = 10000;     // the 2 s latency must not fail path 0 by keep-alive
     vo.io_deadline = 100ms;         // hedge at 100 ms, fail a silent path at 200 ms
   });
@@ -247,7 +207,8 @@ TEST_CASE("a read stuck on a silent path is hedged on a clean path, not on one t
 // deadline, so each is silent past twice its deadline while the other is too: no path may be
 // failed, and every read completes with its data. Without the fix both paths fail.
 TEST_CASE("paths that are all silent at once are not failed on a deadline", "[hedge][all-silent]") {
-  Rig rig(2, SelectorKind::round_robin, {}, [](VolumeOptions& vo) {  // the reads go to both paths at once
+  Rig rig(2, [](TargetOptions& to, VolumeOptions& vo) {
+    round_robin(to, vo);         // the reads go to both paths at once
     vo.connect.kato_ms = 10000;  // the 400 ms latency must not fail a path by keep-alive
     vo.io_deadline = 50ms;       // silent past 100 ms: failed, were another path answering
   });

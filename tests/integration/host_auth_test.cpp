@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "auth/secret.hpp"
 #include "control/controller_access.hpp"
@@ -41,51 +42,39 @@ struct Keys {
   std::string ctrl = secret(auth::HashId::sha512, 64, kNqn);
 };
 
-struct Rig {
-  Keys keys;
-  std::unique_ptr<Target> target;
-  size_t nports = 1;
-  explicit Rig(bool ctrl_key, size_t ports = 1) : nports(ports) {
-    TargetOptions o;
-    o.ports.clear();
-    for (size_t i = 0; i < ports; ++i) o.ports.push_back(TargetPort{"127.0.0.1", "0", AnaState::optimized});
-    o.subsystems[0].nqn = kNqn;
-    o.subsystems[0].namespaces[0].size_bytes = 8ull << 20;
-    TargetHost h;
-    h.nqn = kHost;
-    h.dhchap_key = keys.host;
-    if (ctrl_key) h.dhchap_ctrl_key = keys.ctrl;
-    o.subsystems[0].hosts.push_back(h);
-    auto t = Target::start(o);
-    REQUIRE(t);
-    target = std::move(*t);
-  }
-  TransportAddress addr(size_t port = 0) const {
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target->port_number(port));
-    return a;
-  }
-  ConnectOptions options(const std::string& key, const std::string& ctrl = {}) const {
-    ConnectOptions c;
-    c.subnqn = kNqn;
-    c.hostnqn = kHost;
-    c.dhchap_secret = key;
-    c.dhchap_ctrl_secret = ctrl;
-    c.connect_timeout = 5s;
-    return c;
-  }
-  uint64_t authentications() const {
-    uint64_t n = 0;
-    for (size_t i = 0; i < nports; ++i) n += target->stats(i).authentications;
-    return n;
-  }
-  uint64_t auth_failures() const {
-    uint64_t n = 0;
-    for (size_t i = 0; i < nports; ++i) n += target->stats(i).auth_failures;
-    return n;
-  }
-};
+// The rig's target with `ports` ports on a subsystem of 8 MiB that lets kHost in with `keys`
+// (the host key, and the controller key too when `ctrl_key`).
+TargetOptions auth_target(const Keys& keys, bool ctrl_key, size_t ports = 1) {
+  TargetOptions o = test::rig_target_options(ports, 8ull << 20);
+  o.subsystems[0].nqn = kNqn;
+  TargetHost h;
+  h.nqn = kHost;
+  h.dhchap_key = keys.host;
+  if (ctrl_key) h.dhchap_ctrl_key = keys.ctrl;
+  o.subsystems[0].hosts.push_back(h);
+  return o;
+}
+
+using test::Rig;
+
+ConnectOptions options(const std::string& key, const std::string& ctrl = {}) {
+  ConnectOptions c;
+  c.subnqn = kNqn;
+  c.hostnqn = kHost;
+  c.dhchap_secret = key;
+  c.dhchap_ctrl_secret = ctrl;
+  c.connect_timeout = 5s;
+  return c;
+}
+
+// A counter of the target's summed over all its ports.
+uint64_t total(const Rig& rig, uint64_t PortStats::*counter) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < rig.to.ports.size(); ++i) n += rig.stats(i).*counter;
+  return n;
+}
+uint64_t authentications(const Rig& rig) { return total(rig, &PortStats::authentications); }
+uint64_t auth_failures(const Rig& rig) { return total(rig, &PortStats::auth_failures); }
 
 // Writes a pattern through an authenticated I/O queue, reads it back and compares; the
 // target's own copy must match too.
@@ -109,119 +98,111 @@ void write_read_verify(Rig& rig, Controller& ctrl) {
 }  // namespace
 
 TEST_CASE("the host authenticates its admin and I/O queues (unidirectional)", "[auth]") {
-  Rig rig(false);
+  const Keys keys;
+  Rig rig(auth_target(keys, false));
   ControlPlane cp;
-  auto c = Controller::connect(cp, rig.addr(), rig.options(rig.keys.host));
+  auto c = Controller::connect(cp, rig.addr(0), options(keys.host));
   REQUIRE(c);
-  CHECK(rig.authentications() == 1);
+  CHECK(authentications(rig) == 1);
   write_read_verify(rig, **c);
-  CHECK(rig.authentications() == 2);  // the I/O queue authenticated too
-  CHECK(rig.auth_failures() == 0);
+  CHECK(authentications(rig) == 2);  // the I/O queue authenticated too
+  CHECK(auth_failures(rig) == 0);
 }
 
 TEST_CASE("the host authenticates the controller too (bidirectional, key from a file)", "[auth]") {
-  Rig rig(true);
+  const Keys keys;
+  Rig rig(auth_target(keys, true));
   const std::string file = "/tmp/nvmeof-host-auth-ctrl-" + std::to_string(::getpid());
   {
     std::ofstream f(file);
-    f << rig.keys.ctrl << "\n";
+    f << keys.ctrl << "\n";
   }
   ControlPlane cp;
-  auto c = Controller::connect(cp, rig.addr(), rig.options(rig.keys.host, "@" + file));
+  auto c = Controller::connect(cp, rig.addr(0), options(keys.host, "@" + file));
   std::remove(file.c_str());
   REQUIRE(c);
   write_read_verify(rig, **c);
-  CHECK(rig.authentications() == 2);
+  CHECK(authentications(rig) == 2);
 }
 
 TEST_CASE("a wrong key, a wrong controller key, no key and a malformed key are refused", "[auth]") {
-  Rig rig(true);
+  const Keys keys;
+  Rig rig(auth_target(keys, true));
   ControlPlane cp;
   Keys other;
   {
-    auto c = Controller::connect(cp, rig.addr(), rig.options(other.host));
+    auto c = Controller::connect(cp, rig.addr(0), options(other.host));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::authentication_failed));
-    CHECK(rig.auth_failures() == 1);
+    CHECK(auth_failures(rig) == 1);
   }
   {
-    auto c = Controller::connect(cp, rig.addr(), rig.options(rig.keys.host, other.ctrl));
+    auto c = Controller::connect(cp, rig.addr(0), options(keys.host, other.ctrl));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::authentication_failed));
   }
   {
-    auto c = Controller::connect(cp, rig.addr(), rig.options(""));
+    auto c = Controller::connect(cp, rig.addr(0), options(""));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::authentication_required));
     CHECK(c.error().message().find("no key configured") != std::string::npos);
   }
   {
-    std::string bad = rig.keys.host;
+    std::string bad = keys.host;
     bad[12] = bad[12] == 'A' ? 'B' : 'A';  // the CRC no longer matches
-    auto c = Controller::connect(cp, rig.addr(), rig.options(bad));
+    auto c = Controller::connect(cp, rig.addr(0), options(bad));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::invalid_argument));
-    auto d = Controller::connect(cp, rig.addr(), rig.options("", rig.keys.ctrl));
+    auto d = Controller::connect(cp, rig.addr(0), options("", keys.ctrl));
     REQUIRE_FALSE(d);
     CHECK(d.error() == make_error_code(Errc::invalid_argument));
   }
   // The right key still works after all that.
-  auto ok = Controller::connect(cp, rig.addr(), rig.options(rig.keys.host, rig.keys.ctrl));
+  auto ok = Controller::connect(cp, rig.addr(0), options(keys.host, keys.ctrl));
   REQUIRE(ok);
 }
 
 TEST_CASE("a volume re-authenticates every reconnect of a path", "[auth]") {
-  Rig rig(true, 2);
+  const Keys keys;
+  Rig rig(auth_target(keys, true, 2));
   VolumeOptions vo;
   vo.paths = {rig.addr(0), rig.addr(1)};
-  vo.connect = rig.options(rig.keys.host, rig.keys.ctrl);
+  vo.connect = options(keys.host, keys.ctrl);
   vo.reconnect_min = 10ms;
   vo.no_path_timeout = 10s;
   auto v = Volume::open(vo);
   REQUIRE(v);
-  const uint64_t before = rig.authentications();
+  const uint64_t before = authentications(rig);
   CHECK(before >= 4);  // two admin queues and at least one I/O queue each
   test::VerifiedWorkload w(**v, 8);
   w.start();
-  auto wait_for = [&](auto pred) {
-    const auto give_up = std::chrono::steady_clock::now() + 15s;
-    VolumeStats s = (*v)->stats();
-    while (!pred(s) && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(5ms);
-      s = (*v)->stats();
-    }
-    return s;
-  };
-  REQUIRE(wait_for([](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
+  REQUIRE(test::wait_for(**v, 15s, [](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
   rig.target->inject(0, FaultKind::reset);
-  const auto st = wait_for([](const VolumeStats& s) { return s.paths.at(0).reconnects >= 1; });
+  const auto st = test::wait_for(**v, 15s, [](const VolumeStats& s) { return s.paths.at(0).reconnects >= 1; });
   INFO(to_text(st));
   REQUIRE(st.paths.at(0).reconnects >= 1);
   REQUIRE(w.finish(15s));
   CHECK(w.errors() == 0);
   CHECK(w.mismatches() == 0);
-  CHECK(rig.authentications() > before);  // the reconnected path authenticated again
-  CHECK(rig.auth_failures() == 0);
+  CHECK(authentications(rig) > before);  // the reconnected path authenticated again
+  CHECK(auth_failures(rig) == 0);
 }
 
 TEST_CASE("a path whose key is wrong stays in backoff with the error in its stats", "[auth]") {
   // Two targets serving the same subsystem NQN: the volume's key is right for the first and
   // wrong for the second, so the second path keeps failing authentication.
-  Rig good(false);
-  Rig other(false);
+  const Keys good_keys, other_keys;
+  Rig good(auth_target(good_keys, false));
+  Rig other(auth_target(other_keys, false));
   VolumeOptions vo;
   vo.paths = {good.addr(0), other.addr(0)};
-  vo.connect = good.options(good.keys.host);
+  vo.connect = options(good_keys.host);
   vo.reconnect_min = 10ms;
   vo.reconnect_max = 1000ms;
   auto v = Volume::open(vo);
   REQUIRE(v);
   const auto t0 = std::chrono::steady_clock::now();
-  VolumeStats s = (*v)->stats();
-  while (s.paths.at(1).connect_failures < 4 && std::chrono::steady_clock::now() < t0 + 15s) {
-    std::this_thread::sleep_for(5ms);
-    s = (*v)->stats();
-  }
+  const VolumeStats s = test::wait_for(**v, 15s, [](const VolumeStats& st) { return st.paths.at(1).connect_failures >= 4; });
   const auto elapsed = std::chrono::steady_clock::now() - t0;
   INFO(to_text(s));
   REQUIRE(s.paths.at(1).connect_failures >= 4);
@@ -231,8 +212,8 @@ TEST_CASE("a path whose key is wrong stays in backoff with the error in its stat
   // Backoff, not a tight loop: the retries after the first failure waited at least 10, 20 and
   // 40 ms (reconnect_min doubling).
   CHECK(elapsed >= 70ms);
-  CHECK(other.auth_failures() >= 4);
-  CHECK(other.auth_failures() <= s.paths.at(1).connect_failures + 1);
+  CHECK(auth_failures(other) >= 4);
+  CHECK(auth_failures(other) <= s.paths.at(1).connect_failures + 1);
   // The good path serves verified I/O meanwhile.
   test::VerifiedWorkload w(**v, 4);
   w.start();

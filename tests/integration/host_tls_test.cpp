@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "auth/secret.hpp"
 #include "control/controller_access.hpp"
@@ -51,34 +52,24 @@ struct PortSpec {
   std::string psk;
 };
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::vector<PortSpec> ports;
-  explicit Rig(std::vector<PortSpec> p, std::string dhchap_key = {}) : ports(std::move(p)) {
-    TargetOptions o;
-    o.ports.clear();
-    for (const auto& s : ports)
-      o.ports.push_back(TargetPort{"127.0.0.1", "0", AnaState::optimized, s.tls, s.psk});
-    o.subsystems[0].nqn = kNqn;
-    o.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    if (!dhchap_key.empty()) {
-      TargetHost h;
-      h.nqn = kHost;
-      h.dhchap_key = dhchap_key;
-      o.subsystems[0].hosts.push_back(h);
-    }
-    auto t = Target::start(o);
-    REQUIRE(t);
-    target = std::move(*t);
+// The rig's target with one port per spec, and `dhchap_key` for kHost when given.
+TargetOptions tls_target(const std::vector<PortSpec>& ports, const std::string& dhchap_key = {}) {
+  TargetOptions o = test::rig_target_options(ports.size());
+  for (size_t i = 0; i < ports.size(); ++i) {
+    o.ports[i].tls = ports[i].tls;
+    o.ports[i].tls_psk = ports[i].psk;
   }
-  TransportAddress addr(size_t port) const {
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target->port_number(port));
-    return a;
+  o.subsystems[0].nqn = kNqn;
+  if (!dhchap_key.empty()) {
+    TargetHost h;
+    h.nqn = kHost;
+    h.dhchap_key = dhchap_key;
+    o.subsystems[0].hosts.push_back(h);
   }
-  PortStats stats(size_t port) const { return target->stats(port); }
-};
+  return o;
+}
+
+using test::Rig;
 
 ConnectOptions options(const std::string& psk) {
   ConnectOptions c;
@@ -136,28 +127,6 @@ void write_read_verify(Rig& rig, Controller& ctrl, tls::CipherSuite suite, uint6
   }
 }
 
-// The target counts a refusal on its connection thread, maybe after the host has seen it.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
-template <class Pred>
-VolumeStats wait_for(Volume& v, Pred pred, std::chrono::milliseconds limit = 15s) {
-  const auto give_up = std::chrono::steady_clock::now() + limit;
-  VolumeStats s = v.stats();
-  while (!pred(s) && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(5ms);
-    s = v.stats();
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("admin and I/O queues through TLS, both cipher suites, data verified", "[tls]") {
@@ -165,7 +134,7 @@ TEST_CASE("admin and I/O queues through TLS, both cipher suites, data verified",
       std::pair{tls::PskHash::sha256, tls::CipherSuite::aes_128_gcm_sha256},
       std::pair{tls::PskHash::sha384, tls::CipherSuite::aes_256_gcm_sha384});
   const std::string psk = psk_text(hash, 7);
-  Rig rig({{PortTls::required, psk}, {PortTls::not_required, psk}});
+  Rig rig(tls_target({{PortTls::required, psk}, {PortTls::not_required, psk}}));
   ControlPlane cp;
   for (size_t port : {size_t{0}, size_t{1}}) {
     auto c = Controller::connect(cp, rig.addr(port), options(psk));
@@ -191,7 +160,7 @@ TEST_CASE("admin and I/O queues through TLS, both cipher suites, data verified",
 
 TEST_CASE("a volume over two TLS paths: a reset path reconnects through TLS, no error", "[tls]") {
   const std::string psk = psk_text(tls::PskHash::sha256, 3);
-  Rig rig({{PortTls::required, psk}, {PortTls::required, psk}});
+  Rig rig(tls_target({{PortTls::required, psk}, {PortTls::required, psk}}));
   VolumeOptions vo;
   vo.paths = {rig.addr(0), rig.addr(1)};
   vo.connect = options(psk);
@@ -210,9 +179,9 @@ TEST_CASE("a volume over two TLS paths: a reset path reconnects through TLS, no 
   // TLS records.
   test::VerifiedWorkload w(**v, 8, 64, 0, 32);
   w.start();
-  REQUIRE(wait_for(**v, [](const VolumeStats& s) { return s.completed > 300; }).completed > 300);
+  REQUIRE(test::wait_for(**v, 15s, [](const VolumeStats& s) { return s.completed > 300; }).completed > 300);
   rig.target->inject(0, FaultKind::reset);
-  const auto st = wait_for(**v, [](const VolumeStats& s) {
+  const auto st = test::wait_for(**v, 15s, [](const VolumeStats& s) {
     return s.paths.at(0).reconnects >= 1 && s.paths.at(0).state == PathState::live;
   });
   INFO(to_text(st));
@@ -220,7 +189,7 @@ TEST_CASE("a volume over two TLS paths: a reset path reconnects through TLS, no 
   REQUIRE(st.paths.at(0).state == PathState::live);
   const uint64_t before = w.completed();
   // The reconnected path carries verified I/O again.
-  REQUIRE(wait_for(**v, [&](const VolumeStats&) { return w.completed() > before + 300; }).completed > 0);
+  REQUIRE(test::wait_for(**v, 15s, [&](const VolumeStats&) { return w.completed() > before + 300; }).completed > 0);
   REQUIRE(w.finish(15s));
   INFO(w.first_error());
   CHECK(w.errors() == 0);
@@ -233,7 +202,7 @@ TEST_CASE("a volume over two TLS paths: a reset path reconnects through TLS, no 
 TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-only port", "[tls]") {
   const std::string psk = psk_text(tls::PskHash::sha256, 1);
   const std::string other = psk_text(tls::PskHash::sha256, 2);
-  Rig rig({{PortTls::required, psk}, {PortTls::none, {}}});
+  Rig rig(tls_target({{PortTls::required, psk}, {PortTls::none, {}}}));
   ControlPlane cp;
   // A refusal, not a hang until the connect timeout: each failure below names the refusal's own
   // cause (a connect that waited out connect_timeout fails with Errc::timeout instead), and where
@@ -247,7 +216,8 @@ TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-on
     auto c = refused(0, options(other));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::tls_handshake_failed));
-    CHECK(eventually([&] { return rig.stats(0).tls_failures == 1; }));
+    // The target counts a refusal on its connection thread, maybe after the host has seen it.
+    CHECK(test::wait_until([&] { return rig.stats(0).tls_failures == 1; }));
   }
   {
     auto c = refused(1, options(psk));
@@ -258,7 +228,7 @@ TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-on
     auto c = refused(0, options(""));
     REQUIRE_FALSE(c);
     CHECK(c.error() == make_error_code(Errc::tls_required));
-    CHECK(eventually([&] { return rig.stats(0).tls_plaintext_refused == 1; }));
+    CHECK(test::wait_until([&] { return rig.stats(0).tls_plaintext_refused == 1; }));
     ConnectOptions off = options(psk);
     off.tls = TlsUse::off;  // a key, but TLS switched off
     auto d = refused(0, off);
@@ -284,7 +254,7 @@ TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-on
 
 TEST_CASE("a path whose PSK is refused stays in backoff with the error in its stats", "[tls]") {
   const std::string psk = psk_text(tls::PskHash::sha384, 5);
-  Rig rig({{PortTls::required, psk}, {PortTls::required, psk_text(tls::PskHash::sha384, 6)}});
+  Rig rig(tls_target({{PortTls::required, psk}, {PortTls::required, psk_text(tls::PskHash::sha384, 6)}}));
   VolumeOptions vo;
   vo.paths = {rig.addr(0), rig.addr(1)};
   vo.connect = options(psk);
@@ -293,7 +263,7 @@ TEST_CASE("a path whose PSK is refused stays in backoff with the error in its st
   auto v = Volume::open(vo);
   REQUIRE(v);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto s = wait_for(**v, [](const VolumeStats& st) { return st.paths.at(1).connect_failures >= 4; });
+  const auto s = test::wait_for(**v, 15s, [](const VolumeStats& st) { return st.paths.at(1).connect_failures >= 4; });
   const auto elapsed = std::chrono::steady_clock::now() - t0;
   INFO(to_text(s));
   REQUIRE(s.paths.at(1).connect_failures >= 4);
@@ -302,11 +272,11 @@ TEST_CASE("a path whose PSK is refused stays in backoff with the error in its st
   CHECK(s.paths.at(0).connect_failures == 0);
   // Backoff, not a tight loop: after the first failure the retries waited 10, 20 and 40 ms.
   CHECK(elapsed >= 70ms);
-  CHECK(eventually([&] { return rig.stats(1).tls_failures >= 4; }));
+  CHECK(test::wait_until([&] { return rig.stats(1).tls_failures >= 4; }));
   CHECK(rig.stats(1).tls_failures <= (*v)->stats().paths.at(1).connect_failures + 1);
   test::VerifiedWorkload w(**v, 4);
   w.start();
-  REQUIRE(wait_for(**v, [&](const VolumeStats&) { return w.completed() > 200; }).completed > 0);
+  REQUIRE(test::wait_for(**v, 15s, [&](const VolumeStats&) { return w.completed() > 200; }).completed > 0);
   REQUIRE(w.finish(15s));
   CHECK(w.errors() == 0);
   CHECK(w.mismatches() == 0);
@@ -317,7 +287,7 @@ TEST_CASE("TLS and DH-HMAC-CHAP together: every queue authenticates inside TLS",
   auto secret = auth::generate_secret(auth::HashId::sha256, 32, kHost);
   REQUIRE(secret);
   const std::string key = auth::format_secret(*secret);
-  Rig rig({{PortTls::required, psk}}, key);
+  Rig rig(tls_target({{PortTls::required, psk}}, key));
   ControlPlane cp;
   ConnectOptions o = options(psk);
   o.dhchap_secret = key;
@@ -338,7 +308,7 @@ TEST_CASE("TLS and DH-HMAC-CHAP together: every queue authenticates inside TLS",
 TEST_CASE("discovery through TLS lists the ports a host can use", "[tls][discovery]") {
   const std::string psk = psk_text(tls::PskHash::sha256, 4);
   // 0: TLS required, 1: TLS not required, 2: plaintext only.
-  Rig rig({{PortTls::required, psk}, {PortTls::not_required, psk}, {PortTls::none, {}}});
+  Rig rig(tls_target({{PortTls::required, psk}, {PortTls::not_required, psk}, {PortTls::none, {}}}));
   VolumeOptions vo;
   vo.connect = options(psk);
   vo.no_path_timeout = 5s;
@@ -352,7 +322,7 @@ TEST_CASE("discovery through TLS lists the ports a host can use", "[tls][discove
     CHECK(s.paths[1].address.find(std::to_string(rig.target->port_number(1))) != std::string::npos);
     test::VerifiedWorkload w(**v, 4);
     w.start();
-    REQUIRE(wait_for(**v, [&](const VolumeStats&) { return w.completed() > 100; }).completed > 0);
+    REQUIRE(test::wait_for(**v, 15s, [&](const VolumeStats&) { return w.completed() > 100; }).completed > 0);
     REQUIRE(w.finish(15s));
     CHECK(w.errors() == 0);
     CHECK(w.mismatches() == 0);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/rig.hpp"
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
 #include "control/control_socket.hpp"
@@ -24,43 +25,28 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Rig {
-  std::string dir = "/tmp/nvmeof-live-volume-test." + std::to_string(::getpid());
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
+using test::Rig;
 
-  VolumeOptions options() {
-    VolumeOptions vo;
-    for (size_t i = 0; i < 2; ++i) {
-      TransportAddress a;
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = TargetSubsystem{}.nqn;
-    vo.connect.io_queue_depth = 64;
-    vo.io_deadline = 2s;
-    vo.no_path_timeout = 10s;
-    return vo;
-  }
-  Rig() {
-    TargetOptions to;
-    TargetPort p;
-    p.trsvcid = "0";
-    to.ports = {p, p};
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo = options();
-    vo.control_socket = dir;
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-  std::string paths_tool(const std::string& args) {
-    return test::tool_path("NVMEOF_PATHS") + " --no-kernel --control-dir " + dir + " " + args;
-  }
-};
+// Where the rig's volume puts its control socket.
+std::string control_dir() { return "/tmp/nvmeof-live-volume-test." + std::to_string(::getpid()); }
+
+// The rig's volume has a control socket in control_dir(); a deadline a loaded machine cannot
+// make a healthy path miss.
+void live(TargetOptions&, VolumeOptions& vo) {
+  vo.io_deadline = 2s;
+  vo.control_socket = control_dir();
+}
+
+// Another volume on the rig's target, with no control socket of its own.
+VolumeOptions options(const Rig& r) {
+  VolumeOptions vo = r.volume_options();
+  vo.control_socket.clear();
+  return vo;
+}
+
+std::string paths_tool(const std::string& args) {
+  return test::tool_path("NVMEOF_PATHS") + " --no-kernel --control-dir " + control_dir() + " " + args;
+}
 
 std::string only_socket(const std::string& dir) {
   auto r = test::run_command("ls " + dir);
@@ -72,19 +58,19 @@ std::string only_socket(const std::string& dir) {
 }  // namespace
 
 TEST_CASE("nvmeof-paths reads a live volume's paths and counters", "[live-volume]") {
-  Rig r;
+  Rig r(2, live);
   test::VerifiedWorkload w(*r.vol);
   w.start();
   REQUIRE(test::wait_until([&] { return r.vol->stats().paths[0].ios > 200 && r.vol->stats().paths[1].ios > 200; }));
-  const std::string sock = only_socket(r.dir);
-  CHECK(sock == r.dir + "/nvmeof-" + std::to_string(::getpid()) + "-0.sock");
+  const std::string sock = only_socket(control_dir());
+  CHECK(sock == control_dir() + "/nvmeof-" + std::to_string(::getpid()) + "-0.sock");
   struct stat st {};
   REQUIRE(::stat(sock.c_str(), &st) == 0);
   CHECK(S_ISSOCK(st.st_mode));
   CHECK((st.st_mode & 0777) == 0600);
   CHECK(st.st_uid == ::getuid());
 
-  auto res = test::run_command(r.paths_tool("--json --volume " + std::to_string(::getpid())));
+  auto res = test::run_command(paths_tool("--json --volume " + std::to_string(::getpid())));
   REQUIRE(res.exit_code == 0);
   const auto j = nlohmann::json::parse(res.output);
   REQUIRE(j["Subsystems"].size() == 1);
@@ -110,7 +96,7 @@ TEST_CASE("nvmeof-paths reads a live volume's paths and counters", "[live-volume
   // The ANA change the target makes shows in the tool's text.
   r.target->set_ana_state(1, AnaState::inaccessible);
   REQUIRE(test::wait_until([&] { return r.vol->stats().paths[1].ana_state == AnaState::inaccessible; }));
-  res = test::run_command(r.paths_tool(""));
+  res = test::run_command(paths_tool(""));
   REQUIRE(res.exit_code == 0);
   // The subsystem once, its controllers (paths) once, then the volume with its own ANA state.
   const std::string pid = std::to_string(::getpid());
@@ -123,7 +109,7 @@ TEST_CASE("nvmeof-paths reads a live volume's paths and counters", "[live-volume
   r.target->set_ana_state(1, AnaState::optimized);
 
   // --watch draws the table (output not a terminal: one screen per interval).
-  res = test::run_command("timeout -s INT 1.5 " + r.paths_tool("--watch 0.2"), 10);
+  res = test::run_command("timeout -s INT 1.5 " + paths_tool("--watch 0.2"), 10);
   CHECK(res.output.find("Path performance") != std::string::npos);
   CHECK(res.output.find("path0") != std::string::npos);
 
@@ -132,14 +118,14 @@ TEST_CASE("nvmeof-paths reads a live volume's paths and counters", "[live-volume
   CHECK(w.mismatches() == 0);
   r.vol.reset();
   CHECK(::access(sock.c_str(), F_OK) != 0);  // the socket went with the volume
-  res = test::run_command(r.paths_tool("--volume " + std::to_string(::getpid())));
+  res = test::run_command(paths_tool("--volume " + std::to_string(::getpid())));
   CHECK(res.exit_code == 1);
   CHECK(res.output.find("no live volume") != std::string::npos);
 }
 
 TEST_CASE("set-selector through the socket changes the volume's selector", "[live-volume]") {
-  Rig r;
-  const std::string sock = only_socket(r.dir);
+  Rig r(2, live);
+  const std::string sock = only_socket(control_dir());
   auto a = detail::control_request(sock, R"({"op":"set-selector","selector":"round-robin"})");
   REQUIRE(a);
   CHECK(nlohmann::json::parse(*a)["ok"] == true);
@@ -155,10 +141,10 @@ TEST_CASE("set-selector through the socket changes the volume's selector", "[liv
 }
 
 TEST_CASE("NVMEOF_CONTROL_DIR gives a volume a socket without an option", "[live-volume]") {
-  Rig r;
-  const std::string envdir = r.dir + "-env";
+  Rig r(2, live);
+  const std::string envdir = control_dir() + "-env";
   ::setenv("NVMEOF_CONTROL_DIR", envdir.c_str(), 1);
-  auto v = Volume::open(r.options());
+  auto v = Volume::open(options(r));
   ::unsetenv("NVMEOF_CONTROL_DIR");
   REQUIRE(v);
   const std::string sock = only_socket(envdir);
@@ -168,7 +154,7 @@ TEST_CASE("NVMEOF_CONTROL_DIR gives a volume a socket without an option", "[live
   CHECK(nlohmann::json::parse(*a)["stats"]["paths"].size() == 2);
   v->reset();
   // Off by default: without the option and the variable, no socket.
-  auto quiet = Volume::open(r.options());
+  auto quiet = Volume::open(options(r));
   REQUIRE(quiet);
   CHECK(test::run_command("ls " + envdir).output.empty());
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
 #include "nvmeof/host.hpp"
@@ -97,42 +98,22 @@ double value(const std::map<std::string, double>& s, const std::string& name, co
   return 0;
 }
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
-  VolumeOptions vo;
-  Rig() {
-    TargetOptions to;
-    TargetPort p;
-    p.trsvcid = "0";
-    to.ports = {p, p};
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    for (size_t i = 0; i < 2; ++i) {
-      TransportAddress a;
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = TargetSubsystem{}.nqn;
-    vo.connect.io_queue_depth = 64;
-    vo.io_deadline = 2s;
-    vo.no_path_timeout = 10s;
-  }
-  void open(const std::string& listen) {
-    vo.metrics_listen = listen;
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-};
+using test::Rig;
+
+// The rig's volume over every port, serving its metrics at `listen`; a deadline a loaded
+// machine cannot make a healthy path miss.
+VolumeOptions metrics_options(const Rig& r, const std::string& listen) {
+  VolumeOptions vo = r.volume_options();
+  vo.io_deadline = 2s;
+  vo.metrics_listen = listen;
+  return vo;
+}
 
 }  // namespace
 
 TEST_CASE("a volume's metrics are scraped over HTTP and move with its I/O", "[metrics]") {
-  Rig r;
-  r.open("127.0.0.1:0");
+  Rig r(test::rig_target_options(2));
+  r.open(metrics_options(r, "127.0.0.1:0"));
   const uint16_t port = r.vol->metrics_port();
   REQUIRE(port != 0);
   test::VerifiedWorkload w(*r.vol);
@@ -180,14 +161,12 @@ TEST_CASE("a volume's metrics are scraped over HTTP and move with its I/O", "[me
 }
 
 TEST_CASE("a bad or taken metrics address fails Volume::open", "[metrics]") {
-  Rig r;
-  r.vo.metrics_listen = "nonsense";
-  auto v = Volume::open(r.vo);
+  Rig r(test::rig_target_options(2));
+  auto v = Volume::open(metrics_options(r, "nonsense"));
   REQUIRE_FALSE(v);
   CHECK(v.error() == make_error_code(Errc::invalid_argument));
-  r.open("127.0.0.1:0");
-  r.vo.metrics_listen = "127.0.0.1:" + std::to_string(r.vol->metrics_port());
-  auto again = Volume::open(r.vo);
+  r.open(metrics_options(r, "127.0.0.1:0"));
+  auto again = Volume::open(metrics_options(r, "127.0.0.1:" + std::to_string(r.vol->metrics_port())));
   REQUIRE_FALSE(again);
   CHECK(again.error() == std::error_code(EADDRINUSE, std::system_category()));
 }
@@ -203,9 +182,7 @@ TEST_CASE("nvmeof-target --metrics-listen serves its ports' counters", "[metrics
 }
 
 TEST_CASE("an engine's metrics show each controller once, shared by the volumes on it", "[metrics]") {
-  TargetOptions to;
-  to.ports.assign(2, TargetPort{});
-  for (auto& p : to.ports) p.trsvcid = "0";
+  TargetOptions to = test::rig_target_options(2);
   to.subsystems[0].namespaces.clear();
   for (uint32_t i = 1; i <= 2; ++i) {
     TargetNamespace ns;
@@ -213,9 +190,8 @@ TEST_CASE("an engine's metrics show each controller once, shared by the volumes 
     ns.size_bytes = 8ull << 20;
     to.subsystems[0].namespaces.push_back(ns);
   }
-  auto t = Target::start(to);
-  REQUIRE(t);
-  auto& target = **t;
+  Rig r(to);
+  auto& target = *r.target;
 
   HostOptions ho;
   ho.placement = PlacementMode::unpinned;
@@ -231,16 +207,9 @@ TEST_CASE("an engine's metrics show each controller once, shared by the volumes 
 
   std::vector<std::unique_ptr<Volume>> vols;
   for (uint32_t nsid = 1; nsid <= 2; ++nsid) {
-    VolumeOptions vo;
-    for (size_t i = 0; i < 2; ++i) {
-      TransportAddress a;
-      a.trsvcid = std::to_string(target.port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = TargetSubsystem{}.nqn;
+    VolumeOptions vo = r.volume_options();
     vo.nsid = nsid;
     vo.io_deadline = 2s;
-    vo.no_path_timeout = 10s;
     auto v = Volume::open(*host, vo);
     REQUIRE(v);
     vols.push_back(std::move(*v));

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/tracked_io.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/volume_impl.hpp"
@@ -31,51 +32,20 @@ bool block_matches(const uint8_t* p, uint64_t lba, uint64_t seq) { return test::
 // kQd slots, each alternating writes and verifying reads on its own 32 LBAs.
 using Workload = test::VerifiedWorkload;
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
+using Rig = test::Rig;
+using test::run_io;
 
-  // `deadline` 0: the volume's derived per-command deadline (15 to 25 ms). Tests that are not
-  // about detecting dead paths give a long one, so that a loaded machine cannot make a healthy
-  // path miss it and turn the test into one about failover.
-  explicit Rig(size_t nports, SelectorKind sel = SelectorKind::service_time, uint16_t cqt_ms = 10,
-               std::vector<AnaState> ana = {}, std::chrono::microseconds deadline = {}, uint32_t max_attempts = 16,
-               size_t timeline_max = 1024, const std::function<void(TargetOptions&, VolumeOptions&)>& tweak = {}) {
-    TargetOptions to;
-    to.ports.clear();
-    for (size_t i = 0; i < nports; ++i) {
-      TargetPort p;
-      p.trsvcid = "0";
-      if (i < ana.size()) p.ana_state = ana[i];
-      to.ports.push_back(p);
-    }
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    to.cqt_ms = cqt_ms;
-    VolumeOptions vo;
-    vo.connect.io_queue_depth = 64;
-    // The shortest KATO the target allows (the default): should a loaded host make every path
-    // miss its deadline at once (no CCR possible then), writes wait 3 x KATO + CQT, not seconds.
+// The settings these cases vary: the selector, the per-command deadline and the ports' ANA
+// states. A deadline of 0 is the volume's derived one (15 to 25 ms); tests that are not about
+// detecting dead paths give a long one, so that a loaded machine cannot make a healthy path miss
+// it and turn the test into one about failover.
+Rig::Tweak with(SelectorKind sel, std::chrono::microseconds deadline = {}, std::vector<AnaState> ana = {}) {
+  return [=](TargetOptions& to, VolumeOptions& vo) {
     vo.selector = sel;
     vo.io_deadline = deadline;
-    vo.no_path_timeout = 10s;
-    vo.max_attempts = max_attempts;
-    vo.timeline_max = timeline_max;
-    if (tweak) tweak(to, vo);  // before the target starts and the paths are filled in
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    for (size_t i = 0; i < nports; ++i) {
-      TransportAddress a;
-      a.traddr = "127.0.0.1";
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-};
+    for (size_t i = 0; i < ana.size(); ++i) to.ports.at(i).ana_state = ana[i];
+  };
+}
 
 uint64_t path_ios(const VolumeStats& s, size_t p) { return s.paths.at(p).ios; }
 
@@ -97,16 +67,21 @@ Task one_read(Volume* v, uint8_t* buf, uint64_t lba, std::atomic<int>* ok, std::
   done->fetch_add(1);
 }
 
-// Runs the workload, applies `fault` after 300 ms, keeps running `after`, then checks.
+// Runs the workload, applies `fault` once I/O is moving, keeps running for at least `after` with
+// the fault in place, then checks. What is checked is waited for as events (I/O completed, the
+// timeline's entry), bounded, so that a loaded machine takes longer instead of failing.
 void run_fault(Rig& rig, const std::function<void()>& fault, std::chrono::milliseconds after,
                bool expect_event) {
   Workload w(*rig.vol);
   w.start();
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(test::wait_until([&] { return w.completed() >= 200; }, 20s));
   const uint64_t before = w.completed();
   REQUIRE(before > 0);
   fault();
-  std::this_thread::sleep_for(after);
+  std::this_thread::sleep_for(after);  // how long the fault runs under the workload, not a wait
+  test::wait_until([&] {
+    return w.completed() - before > 50 && (!expect_event || !rig.vol->stats().timeline.empty());
+  }, 20s);
   const uint64_t during = w.completed() - before;
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
@@ -140,7 +115,7 @@ TEST_CASE("a volume reads and writes through two paths, callbacks and coroutines
     stage = 1;
   };
   co();
-  for (int i = 0; i < 2000 && stage.load() == 0; ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return stage.load() != 0; }, 5s);
   REQUIRE(stage.load() == 1);
   CHECK(ws.is_success());
   CHECK(rs.is_success());
@@ -183,7 +158,7 @@ TEST_CASE("coroutines from a thread that is no reactor: a frame may end before s
     io.user = &fin;
     io.done = [](VolumeIo& i, NvmeStatus) noexcept { static_cast<std::atomic<bool>*>(i.user)->store(true); };
     REQUIRE(rig.vol->submit(io) == 0);
-    for (int i = 0; i < 5000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
+    test::wait_until([&] { return fin.load(); }, 10s);
     REQUIRE(fin.load());
     (void)st;
   }
@@ -196,34 +171,9 @@ TEST_CASE("coroutines from a thread that is no reactor: a frame may end before s
     if (i % 64 == 63)  // keep the submission ring from filling
       while (done.load() < i - 32) std::this_thread::yield();
   }
-  for (int i = 0; i < 10000 && done.load() < kRounds; ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return done.load() >= kRounds; }, 20s);
   CHECK(done.load() == kRounds);
   CHECK(ok.load() == kRounds);
-}
-
-// One I/O submitted and waited for from this thread.
-NvmeStatus run_io(Volume& v, IoOp op, void* buf, uint64_t slba, uint32_t nlb) {
-  std::atomic<bool> fin{false};
-  NvmeStatus st{};
-  struct Ctx {
-    std::atomic<bool>* fin;
-    NvmeStatus* st;
-  } ctx{&fin, &st};
-  VolumeIo io;
-  io.op = op;
-  io.slba = slba;
-  io.nlb = nlb;
-  io.buf = buf;
-  io.user = &ctx;
-  io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
-    auto* c = static_cast<Ctx*>(i.user);
-    *c->st = s;
-    c->fin->store(true);
-  };
-  REQUIRE(v.submit(io) == 0);
-  for (int i = 0; i < 10000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
-  REQUIRE(fin.load());
-  return st;
 }
 
 TEST_CASE("an I/O larger than MDTS is split into commands and lands intact", "[multipath][mdts]") {
@@ -253,7 +203,7 @@ TEST_CASE("the pieces of an I/O larger than MDTS go to both paths", "[multipath]
   for (const SelectorKind sel : {SelectorKind::queue_depth, SelectorKind::round_robin, SelectorKind::service_time}) {
     INFO("selector " << to_string(sel));
     const bool timing_free = sel != SelectorKind::service_time;
-    Rig rig(2, sel, 10, {}, 1s);
+    Rig rig(2, with(sel, 1s));
     std::vector<uint8_t> small(kBlock);
     if (timing_free)
       for (uint64_t i = 0; i < 32; ++i) REQUIRE(run_io(*rig.vol, IoOp::read, small.data(), i, 1).is_success());
@@ -290,7 +240,7 @@ TEST_CASE("the pieces of an I/O larger than MDTS go to both paths", "[multipath]
 // Round-robin keeps sending to the path that dies, and the target holds each command there for
 // a millisecond, so commands are surely in flight when the connection goes: something must move.
 TEST_CASE("connection reset fails over without errors", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::round_robin);
+  Rig rig(2, with(SelectorKind::round_robin));
   rig.target->set_latency(0, 1ms);
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::reset); }, 700ms, true);
   auto st = rig.vol->stats();
@@ -302,7 +252,7 @@ TEST_CASE("connection reset fails over without errors", "[multipath][fault]") {
 }
 
 TEST_CASE("a silent (blackholed) path is detected by deadline and left behind", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::round_robin);
+  Rig rig(2, with(SelectorKind::round_robin));
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::blackhole); }, 700ms, true);
   auto st = rig.vol->stats();
   CHECK(st.paths[0].failovers >= 1);
@@ -312,7 +262,7 @@ TEST_CASE("a silent (blackholed) path is detected by deadline and left behind", 
 // The path keeps completing the commands sent after the lost one: only the command's own
 // deadline can notice, and the I/O must still complete, elsewhere, with no error.
 TEST_CASE("a command the target silently drops on a busy path completes on another path", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::round_robin);
+  Rig rig(2, with(SelectorKind::round_robin));
   run_fault(rig, [&] { rig.target->drop_commands(0, 1); }, 700ms, true);
   auto st = rig.vol->stats();
   CHECK(rig.target->stats(0).commands_dropped == 1);
@@ -321,53 +271,27 @@ TEST_CASE("a command the target silently drops on a busy path completes on anoth
 }
 
 TEST_CASE("no_path_timeout fails waiting I/O by a timer, with a path error", "[multipath][fault]") {
-  TargetOptions to;
-  to.ports[0].trsvcid = "0";
-  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  auto t = Target::start(to);
-  REQUIRE(t);
-  VolumeOptions vo;
-  TransportAddress a;
-  a.trsvcid = std::to_string((*t)->port_number(0));
-  vo.paths.push_back(a);
-  vo.connect.subnqn = to.subsystems[0].nqn;
-  vo.no_path_timeout = 300ms;
-  auto v = Volume::open(vo);
-  REQUIRE(v);
-  (*t)->set_ana_state(0, AnaState::inaccessible);
+  Rig rig(1, [](TargetOptions&, VolumeOptions& vo) { vo.no_path_timeout = 300ms; });
+  rig.target->set_ana_state(0, AnaState::inaccessible);
   // Wait until the volume knows the path is unusable, so the read waits instead of failing over.
-  for (int i = 0; i < 5000 && (*v)->usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
-  REQUIRE((*v)->usable_paths() == 0);
+  REQUIRE(test::wait_until([&] { return rig.vol->usable_paths() == 0; }, 5s));
   std::vector<uint8_t> buf(kBlock);
-  std::atomic<bool> fin{false};
-  std::atomic<uint16_t> raw{0};
-  VolumeIo io;
-  io.op = IoOp::read;
-  io.slba = 1;
-  io.nlb = 1;
-  io.buf = buf.data();
-  io.user = &fin;
-  static std::atomic<uint16_t>* status_out;
-  status_out = &raw;
-  io.done = [](VolumeIo& i, NvmeStatus s) noexcept {
-    status_out->store(s.raw);
-    static_cast<std::atomic<bool>*>(i.user)->store(true);
-  };
-  REQUIRE((*v)->submit(io) == 0);
+  test::TrackedIo io(IoOp::read, buf.data(), 1);
+  REQUIRE(rig.vol->submit(io.io) == 0);
   // Nothing completes on the volume meanwhile: only its timer can end the wait.
-  for (int i = 0; i < 10000 && !fin.load(); ++i) std::this_thread::sleep_for(1ms);
-  REQUIRE(fin.load());
-  const NvmeStatus st{raw.load()};
+  REQUIRE(io.wait(10s));
+  const NvmeStatus st = io.status();
   CHECK(st.sct() == Sct::path);
   CHECK(st.sc() == 0x70);
   CHECK(st.dnr());
-  CHECK((*v)->stats().failed == 1);
+  CHECK(rig.vol->stats().failed == 1);
 }
 
 namespace {
 // A target whose controllers report CRDT1 = 60 s, and a volume with a 1 s no_path_timeout.
 Rig crd_rig(size_t nports) {
-  return Rig(nports, SelectorKind::round_robin, 10, {}, 5s, 16, 1024, [](TargetOptions& to, VolumeOptions& vo) {
+  return Rig(nports, [](TargetOptions& to, VolumeOptions& vo) {
+    with(SelectorKind::round_robin, 5s)(to, vo);
     to.crdt_100ms = {600, 0, 0};
     vo.no_path_timeout = 1s;
   });
@@ -441,8 +365,25 @@ TEST_CASE("a retry delay (CRD) past no_path_timeout is not waited out: another p
 }
 
 TEST_CASE("a slow path keeps working without errors", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::service_time, 10, {}, 500ms);
+  Rig rig(2, [](TargetOptions& to, VolumeOptions& vo) {
+    with(SelectorKind::service_time, 500ms)(to, vo);
+    // What is checked is that the slow path itself is never failed: a keep-alive timeout a
+    // loaded machine cannot cause (the shortest, 100 ms, it can, when the control thread waits
+    // for a CPU), so that only the 3 ms latency could fail it.
+    vo.connect.kato_ms = 5000;
+  });
   run_fault(rig, [&] { rig.target->set_latency(0, 3ms); }, 500ms, false);
+  // Slow is not dead: the path stayed live through the run, counted by the volume.
+  const auto st = rig.vol->stats();
+  INFO(to_text(st));
+  CHECK(st.timeline.empty());
+  for (size_t p = 0; p < 2; ++p) {
+    INFO("path " << p);
+    CHECK(st.paths.at(p).failovers == 0);
+    CHECK(st.paths.at(p).reconnects == 0);
+    CHECK(st.paths.at(p).errors == 0);
+    CHECK(st.paths.at(p).state == PathState::live);
+  }
 }
 
 TEST_CASE("ANA optimized to inaccessible moves I/O to the other path", "[multipath][fault][ana]") {
@@ -467,8 +408,11 @@ TEST_CASE("ANA optimized to change and back: no errors, the path returns", "[mul
     std::this_thread::sleep_for(150ms);
     rig.target->set_ana_state(0, AnaState::optimized);
   }, 700ms, true);
-  std::this_thread::sleep_for(300ms);
-  CHECK(rig.vol->stats().paths[0].ana_state == AnaState::optimized);
+  // The path's return is read from the controller's next ANA log: waited for, not slept on.
+  const auto st = test::wait_for(*rig.vol, 20s, [](const VolumeStats& s) {
+    return s.paths[0].ana_state == AnaState::optimized;
+  });
+  CHECK(st.paths[0].ana_state == AnaState::optimized);
 }
 
 // The only usable path enters ANA change: its I/O is held (neither failed nor lost) for at most
@@ -520,13 +464,13 @@ TEST_CASE("ANA change on the only usable path holds I/O up to ANATT, then fails 
   w.user = &wd;
   w.done = on_done;
   REQUIRE(vol.submit(w) == 0);
-  for (int i = 0; i < 5000 && !wd.fin.load(); ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return wd.fin.load(); }, 10s);
   REQUIRE(wd.fin.load());
   REQUIRE(NvmeStatus{wd.raw.load()}.is_success());
 
   const uint64_t change_ns = Reactor::clock_ns();
   target.set_ana_state(0, AnaState::change);
-  for (int i = 0; i < 5000 && vol.usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return vol.usable_paths() == 0; }, 10s);
   REQUIRE(vol.usable_paths() == 0);
   VolumeIo r;
   r.op = IoOp::read;
@@ -555,7 +499,7 @@ TEST_CASE("ANA change on the only usable path holds I/O up to ANATT, then fails 
   CHECK_FALSE(rd.fin.load());  // still held, not failed
   // Another path becomes usable: the held read completes there, without an error.
   target.set_ana_state(1, AnaState::optimized);
-  for (int i = 0; i < 10000 && !rd.fin.load(); ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return rd.fin.load(); }, 20s);
   REQUIRE(rd.fin.load());
   CHECK(NvmeStatus{rd.raw.load()}.is_success());
   CHECK(block_matches(in.data(), 5, 9));
@@ -573,13 +517,13 @@ TEST_CASE("commands failed with a path status are retried elsewhere", "[multipat
 // until an I/O ran out of attempts and the application saw Internal Error. A retry now avoids
 // the paths whose last completion was an error while a path without one is usable.
 TEST_CASE("retryable errors on two of three paths never reach the application", "[multipath][fault]") {
-  Rig rig(3, SelectorKind::service_time, 10, {}, 1s);
+  Rig rig(3, with(SelectorKind::service_time, 1s));
   rig.target->fail_commands(0, status::kInternalError);
   rig.target->fail_commands(1, status::kInternalError);
   Workload w(*rig.vol);
   w.start();
   const uint64_t until = w.completed() + 3000;
-  for (int i = 0; i < 20000 && w.completed() < until; ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return w.completed() >= until; }, 40s);
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
   INFO(to_text(st));
@@ -601,8 +545,10 @@ TEST_CASE("retryable errors on two of three paths never reach the application", 
 // non-optimized tier), which refuses it with a retryable Internal Error (the second): the retry
 // must still happen, on path 2.
 TEST_CASE("a failover does not use up the retries an I/O has for controller errors", "[multipath][fault]") {
-  Rig rig(3, SelectorKind::round_robin, 10, {AnaState::optimized, AnaState::non_optimized, AnaState::non_optimized},
-          200ms, 2);
+  Rig rig(3, [](TargetOptions& to, VolumeOptions& vo) {
+    with(SelectorKind::round_robin, 200ms, {AnaState::optimized, AnaState::non_optimized, AnaState::non_optimized})(to, vo);
+    vo.max_attempts = 2;
+  });
   rig.target->fail_commands(1, status::kInternalError);
   rig.target->inject(0, FaultKind::blackhole);
   std::vector<uint8_t> w(kBlock), r(kBlock, 0);
@@ -627,7 +573,7 @@ TEST_CASE("a failover does not use up the retries an I/O has for controller erro
 // refuses: the read keeps waiting through more refusals than max_attempts allows, and completes
 // with its data once path 1 is back.
 TEST_CASE("an I/O that only refusing paths could take waits for a path to come back", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::service_time, 10, {}, 1s);
+  Rig rig(2, with(SelectorKind::service_time, 1s));
   std::vector<uint8_t> w(kBlock), r(kBlock, 0);
   fill_block(w.data(), 9, 3);
   REQUIRE(run_io(*rig.vol, IoOp::write, w.data(), 9, 1).is_success());
@@ -707,7 +653,7 @@ void hook(const VolumeIo&, detail::IoTraceEvent ev, int, uint16_t) {
     st.completed_after.fetch_add(1);
   } else if (ev == detail::IoTraceEvent::issue && st.armed.exchange(false)) {
     st.target->set_ana_state(0, AnaState::inaccessible);
-    for (int i = 0; i < 10000 && st.vol->usable_paths() != 0; ++i) std::this_thread::sleep_for(1ms);
+    test::wait_until([&] { return st.vol->usable_paths() == 0; }, 20s);
     st.turned.store(st.vol->usable_paths() == 0);
   }
 }
@@ -728,7 +674,7 @@ TEST_CASE("waiting I/O that finds no path as the lane releases it waits again an
     Hook() { detail::g_io_trace_for_test = &bounce::hook; }
     ~Hook() { detail::g_io_trace_for_test = nullptr; }
   } hook;
-  Rig rig(1, SelectorKind::service_time, 10, {}, 1s);
+  Rig rig(1, with(SelectorKind::service_time, 1s));
   st.target = rig.target.get();
   st.vol = rig.vol.get();
   auto until = [](const std::function<bool()>& pred) {
@@ -803,7 +749,7 @@ TEST_CASE("waiting I/O that finds no path as the lane releases it waits again an
 // process): it keeps the newest timeline_max events, counts the others, and the events it keeps
 // are still the ones the volume stamps (their number is not their position any more).
 TEST_CASE("the failover timeline keeps the newest timeline_max events", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::service_time, 10, {}, {}, 16, 2);
+  Rig rig(2, [](TargetOptions&, VolumeOptions& vo) { vo.timeline_max = 2; });
   auto until = [&](const std::function<bool(const VolumeStats&)>& pred) {
     for (int i = 0; i < 20000; ++i) {
       if (pred(rig.vol->stats())) return true;
@@ -920,17 +866,18 @@ TEST_CASE("three paths: a reset on one leaves two carrying I/O", "[multipath][fa
 }
 
 TEST_CASE("a reset path reconnects and takes back its share (failback)", "[multipath][fault]") {
-  Rig rig(2, SelectorKind::service_time, 10, {}, 500ms);
+  Rig rig(2, with(SelectorKind::service_time, 500ms));
   run_fault(rig, [&] { rig.target->inject(0, FaultKind::reset); }, 500ms, true);
-  const auto mid = rig.vol->stats();
+  // Waited for as an event: the reconnect.
+  const auto mid = test::wait_for(*rig.vol, 20s, [](const VolumeStats& s) {
+    return s.paths[0].reconnects >= 1 && s.paths[0].state == PathState::live;
+  });
   REQUIRE(mid.paths[0].reconnects >= 1);
   // Events, not a sleep: I/O runs until the reconnected path has carried some of it (or 10 s,
   // which only a path that never takes its share back reaches).
   Workload w(*rig.vol);
   w.start();
-  const auto give_up = std::chrono::steady_clock::now() + 10s;
-  while (rig.vol->stats().paths[0].ios == mid.paths[0].ios && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(5ms);
+  test::wait_for(*rig.vol, 10s, [&](const VolumeStats& s) { return s.paths[0].ios > mid.paths[0].ios; });
   REQUIRE(w.finish(10s));
   const auto end = rig.vol->stats();
   INFO(to_text(end));
@@ -940,7 +887,10 @@ TEST_CASE("a reset path reconnects and takes back its share (failback)", "[multi
 
 TEST_CASE("ghost write: a held write on a dying path never lands after a newer one", "[multipath][ghost]") {
   // Path 1 is non-optimized so the first write goes to path 0, where the target holds it.
-  Rig rig(2, SelectorKind::service_time, 30, {AnaState::optimized, AnaState::non_optimized});
+  Rig rig(2, [](TargetOptions& to, VolumeOptions&) {
+    to.cqt_ms = 30;
+    to.ports[1].ana_state = AnaState::non_optimized;
+  });
   rig.target->delay_writes(0, 15ms, QuiesceMode::honour);
   std::vector<uint8_t> w1(kBlock), w2(kBlock), got(kBlock);
   const uint64_t lba = 100;
@@ -969,7 +919,7 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
   REQUIRE(rig.target->stats(0).writes == 1);
   std::this_thread::sleep_for(1ms);
   rig.target->inject(0, FaultKind::reset);  // the held write is still in the target
-  for (int i = 0; i < 5000 && !d1.n.load(); ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return d1.n.load(); }, 10s);
   REQUIRE(d1.n.load() == 1);
   CHECK(d1.st.is_success());
   // The newer write, issued the moment the first one is acknowledged.
@@ -977,7 +927,7 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
   io2.buf = w2.data();
   io2.user = &d2;
   REQUIRE(rig.vol->submit(io2) == 0);
-  for (int i = 0; i < 5000 && !d2.n.load(); ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return d2.n.load(); }, 10s);
   REQUIRE(d2.n.load() == 1);
   CHECK(d2.st.is_success());
   // Past the quiesce time whatever was held has run or died; wait for the target to say which.
@@ -985,7 +935,7 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
     const auto ps = rig.target->stats(0);
     return ps.delayed_writes_executed + ps.delayed_writes_dropped;
   };
-  for (int i = 0; i < 5000 && held_resolved() == 0; ++i) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return held_resolved() != 0; }, 10s);
   REQUIRE(rig.target->read_ns("nqn.2024-01.io.nvmeof:target", 1, lba * kBlock, got.data(), kBlock));
   CHECK(block_matches(got.data(), lba, 2));
   // The held write existed and lost: it ran late inside the quiesce time, or (when the target's
@@ -1001,7 +951,7 @@ TEST_CASE("ghost write: a held write on a dying path never lands after a newer o
 TEST_CASE("selectors: with one path slowed, queue-depth and service-time avoid it, round-robin does not",
           "[multipath][selector]") {
   for (auto sel : {SelectorKind::queue_depth, SelectorKind::service_time, SelectorKind::round_robin}) {
-    Rig rig(2, sel, 10, {}, 500ms);
+    Rig rig(2, with(sel, 500ms));
     rig.target->set_latency(0, 2ms);
     Workload w(*rig.vol);
     w.start();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../common/netns.hpp"
+#include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
 #include "reactor/reactor.hpp"
@@ -39,59 +40,32 @@ constexpr auto kDetectBound = 10s;
 constexpr auto kRecoverBound = 15s;
 constexpr auto kDrainBound = 15s;
 
-// Declared in this order so that they go in reverse: the volume disconnects while the target
-// still answers, and the target's sockets are closed before its namespace is removed.
-struct Rig {
+// The network first, so that it goes last: the volume disconnects and the target's sockets close
+// while the namespace is still there.
+struct Net {
   test::PartitionNet net;
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
-
-  explicit Rig(size_t npaths) : net(npaths) {
-    TargetOptions to;
-    to.ports.clear();
-    // The namespace's addresses are not loopback, so only listed hosts could connect by default.
-    to.subsystems[0].access = HostAccess::any;
-    for (size_t i = 0; i < npaths; ++i) {
-      TargetPort p;
-      p.traddr = net.target_addr(i);
-      p.trsvcid = "0";
-      to.ports.push_back(p);
-    }
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    // Bound inside the namespace: the listening sockets, and so every connection they accept,
-    // belong to it whichever thread serves them.
-    auto t = net.run_in_ns([&] { return Target::start(to); });
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo;
-    for (size_t i = 0; i < npaths; ++i) {
-      TransportAddress a;
-      a.traddr = net.target_addr(i);
-      a.trsvcid = std::to_string(target->port_number(i));
-      vo.paths.push_back(a);
-    }
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.connect.io_queue_depth = 64;
-    // The shortest KATO the target allows (the default): should a loaded host make every path
-    // miss its deadline at once (no CCR possible then), writes wait 3 x KATO + CQT, not seconds.
-    vo.no_path_timeout = 10s;
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
+  explicit Net(size_t npaths) : net(npaths) {}
 };
 
-// Polls the volume's stats until `done` holds or `bound` passes; returns the last snapshot.
-VolumeStats wait_for(const Volume& vol, std::chrono::milliseconds bound,
-                     const std::function<bool(const VolumeStats&)>& done) {
-  const auto until = Clock::now() + bound;
-  VolumeStats st = vol.stats();
-  while (!done(st) && Clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-    st = vol.stats();
-  }
-  return st;
-}
+// The rig's target and volume, the target's ports on the namespace's side of the veth pairs.
+struct Rig : Net, test::Rig {
+  explicit Rig(size_t npaths, const test::Rig::Tweak& tweak = {})
+      : Net(npaths),
+        test::Rig(
+            npaths,
+            [this, &tweak](TargetOptions& to, VolumeOptions& vo) {
+              // The namespace's addresses are not loopback, so only listed hosts could connect by
+              // default.
+              to.subsystems[0].access = HostAccess::any;
+              for (size_t i = 0; i < to.ports.size(); ++i) to.ports[i].traddr = net.target_addr(i);
+              if (tweak) tweak(to, vo);
+            },
+            // Bound inside the namespace: the listening sockets, and so every connection they
+            // accept, belong to it whichever thread serves them.
+            [this](const TargetOptions& to) { return net.run_in_ns([&] { return Target::start(to); }); }) {}
+};
+
+using test::wait_for;
 
 const FailoverEvent* event_of(const VolumeStats& st, int path) {
   for (const auto& e : st.timeline)
@@ -267,45 +241,23 @@ NvmeStatus volume_io(Volume& vol, IoOp op, void* buf, uint64_t lba, std::chrono:
 }
 
 GhostResult run_ghost(const GhostCase& gc) {
-  test::PartitionNet net(2);
-  TargetOptions to;
-  to.ports.clear();
-  // The namespace's addresses are not loopback, so only listed hosts could connect by default.
-  to.subsystems[0].access = HostAccess::any;
-  for (size_t i = 0; i < 2; ++i) {
-    TargetPort p;
-    p.traddr = net.target_addr(i);
-    p.trsvcid = "0";
+  Rig rig(2, [&](TargetOptions& to, VolumeOptions& vo) {
     // Path 1 is non-optimized: everything goes to path 0 until it fails.
-    p.ana_state = i == 0 ? AnaState::optimized : AnaState::non_optimized;
-    to.ports.push_back(p);
-  }
-  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  to.cqt_ms = 10;
-  to.report_cqt = gc.report_cqt;
-  to.ccr = gc.ccr;
-  to.ccr_async = gc.ccr_async;
-  to.ccr_async_delay = gc.ccr_async ? 20ms : 0ms;
-  auto t = net.run_in_ns([&] { return Target::start(to); });
-  REQUIRE(t);
-  std::unique_ptr<Target> target = std::move(*t);
-  const std::string nqn = to.subsystems[0].nqn;
-
-  VolumeOptions vo;
-  for (size_t i = 0; i < 2; ++i) {
-    TransportAddress a;
-    a.traddr = net.target_addr(i);
-    a.trsvcid = std::to_string(target->port_number(i));
-    vo.paths.push_back(a);
-  }
-  vo.connect.subnqn = nqn;
-  vo.connect.kato_ms = gc.kato_ms;
-  vo.fence_bound = gc.fence_bound;
-  vo.fence = gc.fence;
-  vo.no_path_timeout = 20s;
-  auto v = Volume::open(vo);
-  REQUIRE(v);
-  std::unique_ptr<Volume> vol = std::move(*v);
+    to.ports[1].ana_state = AnaState::non_optimized;
+    to.cqt_ms = 10;
+    to.report_cqt = gc.report_cqt;
+    to.ccr = gc.ccr;
+    to.ccr_async = gc.ccr_async;
+    to.ccr_async_delay = gc.ccr_async ? 20ms : 0ms;
+    vo.connect.kato_ms = gc.kato_ms;
+    vo.fence_bound = gc.fence_bound;
+    vo.fence = gc.fence;
+    vo.no_path_timeout = 20s;
+  });
+  test::PartitionNet& net = rig.net;
+  const std::unique_ptr<Target>& target = rig.target;
+  const std::unique_ptr<Volume>& vol = rig.vol;
+  const std::string nqn = rig.to.subsystems[0].nqn;
   const uint32_t bs = vol->block_size();
 
   GhostResult res;
@@ -470,41 +422,18 @@ void on_reconnect(int path, bool done, std::error_code error) {
 }  // namespace
 
 TEST_CASE("a flapping path never stalls the healthy one", "[partition][flap]") {
-  test::PartitionNet net(2);
-  TargetOptions to;
-  to.ports.clear();
-  // The namespace's addresses are not loopback, so only listed hosts could connect by default.
-  to.subsystems[0].access = HostAccess::any;
-  for (size_t i = 0; i < 2; ++i) {
-    TargetPort p;
-    p.traddr = net.target_addr(i);
-    p.trsvcid = "0";
-    p.ana_state = i == 0 ? AnaState::non_optimized : AnaState::optimized;
-    to.ports.push_back(p);
-  }
-  to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  auto t = net.run_in_ns([&] { return Target::start(to); });
-  REQUIRE(t);
-  std::unique_ptr<Target> target = std::move(*t);
-  VolumeOptions vo;
-  for (size_t i = 0; i < 2; ++i) {
-    TransportAddress a;
-    a.traddr = net.target_addr(i);
-    a.trsvcid = std::to_string(target->port_number(i));
-    vo.paths.push_back(a);
-  }
-  vo.connect.subnqn = to.subsystems[0].nqn;
-  // An explicit deadline: a short stall of a loaded machine is not taken for a silent path 1.
-  vo.io_deadline = std::chrono::microseconds(100'000);
-  vo.no_path_timeout = 10s;
   // Set before the volume opens and cleared after it closed (declared before it).
   struct HookGuard {
     HookGuard() { detail::g_reconnect_for_test = &on_reconnect; }
     ~HookGuard() { detail::g_reconnect_for_test = nullptr; }
   } hook;
-  auto v = Volume::open(vo);
-  REQUIRE(v);
-  std::unique_ptr<Volume> vol = std::move(*v);
+  Rig rig(2, [](TargetOptions& to, VolumeOptions& vo) {
+    to.ports[0].ana_state = AnaState::non_optimized;
+    // An explicit deadline: a short stall of a loaded machine is not taken for a silent path 1.
+    vo.io_deadline = std::chrono::microseconds(100'000);
+  });
+  test::PartitionNet& net = rig.net;
+  const std::unique_ptr<Volume>& vol = rig.vol;
 
   test::VerifiedWorkload w(*vol);
   {

@@ -13,11 +13,11 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
 #include "nvmeof/controller.hpp"
@@ -29,49 +29,27 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Rig {
-  std::unique_ptr<Target> target;
-  std::unique_ptr<Volume> vol;
+using test::Rig;
 
-  explicit Rig(PollMode mode, unsigned reactors = 1, TargetPoll target_poll = TargetPoll::adaptive,
-               uint32_t kato_ms = kKatoShortest) {
-    TargetOptions to;
+// One path; the engine's reactors in `mode`, the target's connections in `target_poll`.
+// Not a test of dead paths: a long per-command deadline.
+Rig::Tweak polling(PollMode mode, unsigned reactors = 1, TargetPoll target_poll = TargetPoll::adaptive,
+                uint32_t kato_ms = kKatoShortest) {
+  return [=](TargetOptions& to, VolumeOptions& vo) {
     to.poll = target_poll;
-    to.ports.assign(1, TargetPort{});
-    to.ports[0].trsvcid = "0";
-    to.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    auto t = Target::start(to);
-    REQUIRE(t);
-    target = std::move(*t);
-    VolumeOptions vo;
-    TransportAddress a;
-    a.traddr = "127.0.0.1";
-    a.trsvcid = std::to_string(target->port_number(0));
-    vo.paths.push_back(a);
-    vo.connect.subnqn = to.subsystems[0].nqn;
-    vo.connect.io_queue_depth = 64;
     vo.connect.kato_ms = kato_ms;
     vo.reactors = reactors;
     vo.poll = mode;
     vo.placement = PlacementMode::unpinned;
-    vo.io_deadline = 5s;  // not a test of dead paths
-    auto v = Volume::open(vo);
-    REQUIRE(v);
-    vol = std::move(*v);
-  }
-
-  uint64_t cpu_ns() const {
-    const auto s = vol->stats();
-    return std::accumulate(s.reactor_cpu_ns.begin(), s.reactor_cpu_ns.end(), uint64_t{0});
-  }
-};
+    vo.io_deadline = 5s;
+  };
+}
 
 // Each call on its own LBAs (`base_lba`): a workload checks blocks against its own writes.
 void run_verified(Rig& rig, uint32_t qd, uint64_t base_lba) {
   test::VerifiedWorkload w(*rig.vol, qd, 32, base_lba);
   w.start();
-  const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
-  while (w.completed() < 2000 && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return w.completed() >= 2000; }, 20s);
   REQUIRE(w.finish(15s));
   INFO(to_text(rig.vol->stats()));
   INFO("first error: " << w.first_error());
@@ -81,9 +59,10 @@ void run_verified(Rig& rig, uint32_t qd, uint64_t base_lba) {
   CHECK(w.reads() > 0);
 }
 
-// Each reactor's loop turns and wake-ups over `interval` of wall time with nothing submitted.
+// Each reactor's loop turns and wake-ups over `interval` of wall time with nothing submitted;
+// of the wake-ups, those for the end of a wait (a timeout or a timer's deadline).
 struct IdleCounts {
-  std::vector<uint64_t> turns, wakeups;
+  std::vector<uint64_t> turns, wakeups, timeouts;
 };
 IdleCounts idle_counts(Rig& rig, std::chrono::milliseconds interval) {
   const VolumeStats before = rig.vol->stats();
@@ -93,6 +72,7 @@ IdleCounts idle_counts(Rig& rig, std::chrono::milliseconds interval) {
   for (size_t i = 0; i < after.reactor_turns.size(); ++i) {
     c.turns.push_back(after.reactor_turns[i] - before.reactor_turns.at(i));
     c.wakeups.push_back(after.reactor_wakeups.at(i) - before.reactor_wakeups.at(i));
+    c.timeouts.push_back(after.reactor_timeouts.at(i) - before.reactor_timeouts.at(i));
   }
   return c;
 }
@@ -137,7 +117,7 @@ TEST_CASE("poll modes parse and print", "[poll]") {
 }
 
 TEST_CASE("an adaptive volume moves verified data, then its idle reactors sleep", "[poll]") {
-  Rig rig(PollMode::adaptive, 2);
+  Rig rig(1, polling(PollMode::adaptive, 2));
   CHECK(rig.vol->stats().poll == PollMode::adaptive);
   run_verified(rig, 1, 0);  // QD1: the spin window after each submission
   run_verified(rig, 16, 1024);
@@ -161,13 +141,12 @@ TEST_CASE("an adaptive volume whose reads outlast its spin sleeps on an armed re
   // 250 us) ends before the answer, the pair must arm a ring receive before the lane sleeps, or
   // the answer would go unseen (the lane wakes only to spin after a submission or a deadline).
   // Every read here takes 3 ms at the target.
-  Rig rig(PollMode::adaptive);
+  Rig rig(1, polling(PollMode::adaptive));
   rig.target->set_latency(0, 3ms);
   const VolumeStats before = rig.vol->stats();
   test::VerifiedWorkload w(*rig.vol, 1, 32, 0);
   w.start();
-  const uint64_t give_up = Reactor::clock_ns() + 20'000'000'000ull;
-  while (w.completed() < 200 && Reactor::clock_ns() < give_up) std::this_thread::sleep_for(1ms);
+  test::wait_until([&] { return w.completed() >= 200; }, 20s);
   REQUIRE(w.finish(15s));
   const auto st = rig.vol->stats();
   INFO(to_text(st));
@@ -188,35 +167,45 @@ TEST_CASE("an adaptive volume whose reads outlast its spin sleeps on an armed re
 }
 
 TEST_CASE("a sleeping volume moves verified data, then wakes only a few times a second", "[poll]") {
-  Rig rig(PollMode::sleep);
+  Rig rig(1, polling(PollMode::sleep));
   run_verified(rig, 4, 0);
   // PollMode::sleep: a wake-up per completion, and with nothing in flight no wake-up every
-  // millisecond (a 1 ms loop would wake about a thousand times here, fewer only when load delays
-  // it by a lot). Its own 200 ms timeout and the stats() snapshots make a handful.
+  // millisecond (the 1 ms wake-up is for the deadlines of commands in flight only). Counted, not
+  // read off a CPU clock: over at least a second of idling, a reactor that woke every millisecond
+  // would count about a thousand wake-ups, every one of them a timeout (load only delays its
+  // wake-ups, so a loaded machine shows fewer, never more, and still far above the bound). Its
+  // own 200 ms timeout and the two stats() snapshots make a handful.
+  constexpr uint64_t kIdleWakeups = 100;
   const IdleCounts idle = idle_counts(rig, 1000ms);
   REQUIRE(idle.turns.size() == 1);
-  INFO("over 1 idle second: " << idle.turns[0] << " turns, " << idle.wakeups[0] << " wake-ups");
-  CHECK(idle.wakeups[0] < 100);
+  INFO("over 1 idle second: " << idle.turns[0] << " turns, " << idle.wakeups[0] << " wake-ups, "
+                              << idle.timeouts[0] << " of them timeouts");
+  CHECK(idle.wakeups[0] >= 1);  // it sleeps in the ring, not in a loop of zero-length waits
+  CHECK(idle.wakeups[0] < kIdleWakeups);
+  CHECK(idle.timeouts[0] < kIdleWakeups);
   CHECK(idle.turns[0] < kIdleTurnsPerSecond);
 }
 
 TEST_CASE("a busy volume moves verified data and keeps spinning while idle", "[poll]") {
-  Rig rig(PollMode::busy);
+  Rig rig(1, polling(PollMode::busy));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
-  // Nothing submitted: the reactor still burns CPU and its clock shows it. Waited for as an
-  // event (however loaded the machine, a spinning thread gets 100 ms of CPU eventually).
-  const uint64_t before = rig.cpu_ns();
-  const uint64_t give_up = Reactor::clock_ns() + 30'000'000'000ull;
-  while (rig.cpu_ns() - before < 100'000'000 && Reactor::clock_ns() < give_up)
-    std::this_thread::sleep_for(10ms);
-  CHECK(rig.cpu_ns() - before >= 100'000'000);
+  // Nothing submitted: the reactor still turns without ever sleeping in its ring. Waited for as
+  // an event: however loaded the machine, a spinning thread makes 100,000 turns eventually; a
+  // sleeping one makes a handful a second, each after a wake-up.
+  const VolumeStats before = rig.vol->stats();
+  const auto turned = [&](const VolumeStats& s) { return s.reactor_turns.at(0) - before.reactor_turns.at(0); };
+  const VolumeStats after =
+      test::wait_for(*rig.vol, 30s, [&](const VolumeStats& s) { return turned(s) >= 100'000; });
+  INFO("turns " << turned(after) << ", wake-ups " << after.reactor_wakeups.at(0) - before.reactor_wakeups.at(0));
+  CHECK(turned(after) >= 100'000);
+  CHECK(after.reactor_wakeups.at(0) == before.reactor_wakeups.at(0));
 }
 
 TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[poll][target]") {
   // No keep-alive: with nothing submitted, a target whose connections sleep passes over its
   // sockets not at all.
-  Rig rig(PollMode::adaptive, 1, TargetPoll::busy, 0);
+  Rig rig(1, polling(PollMode::adaptive, 1, TargetPoll::busy, 0));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
   // Nothing submitted: the I/O queue's connection thread still passes over its socket without
@@ -225,9 +214,7 @@ TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[p
   // sanitizers (it yields its core every 64 idle passes and waits out the others' slices). A
   // target whose connections sleep makes none.
   const PortStats before = rig.target->stats(0);
-  const uint64_t give_up = Reactor::clock_ns() + 30'000'000'000ull;
-  while (rig.target->stats(0).poll_passes - before.poll_passes < 10'000 && Reactor::clock_ns() < give_up)
-    std::this_thread::sleep_for(10ms);
+  test::wait_until([&] { return rig.target->stats(0).poll_passes - before.poll_passes >= 10'000; }, 30s);
   const PortStats after = rig.target->stats(0);
   INFO("passes " << after.poll_passes - before.poll_passes << ", wake-ups " << after.poll_wakeups - before.poll_wakeups);
   CHECK(after.poll_passes - before.poll_passes >= 10'000);
@@ -236,31 +223,25 @@ TEST_CASE("a busy target moves verified data and keeps spinning while idle", "[p
 TEST_CASE("a busy target spins on I/O queues only: an admin queue alone sleeps between commands", "[poll][target]") {
   // A busy admin queue was a second never-sleeping thread beside the I/O queue's on the
   // target's CPU; every so often the I/O queue waited out a whole scheduler slice behind it.
-  TargetOptions to;
+  TargetOptions to = test::rig_target_options(1);
   to.poll = TargetPoll::busy;
-  to.ports.assign(1, TargetPort{});
-  to.ports[0].trsvcid = "0";
-  auto t = Target::start(to);
-  REQUIRE(t);
-  TransportAddress a;
-  a.traddr = "127.0.0.1";
-  a.trsvcid = std::to_string((*t)->port_number(0));
+  Rig rig(to);
   ControlPlane cp;
   ConnectOptions co;
   co.subnqn = to.subsystems[0].nqn;
-  auto ctrl = Controller::connect(cp, a, co);
+  auto ctrl = Controller::connect(cp, rig.addr(0), co);
   REQUIRE(ctrl);
   REQUIRE((*ctrl)->keep_alive());  // the admin queue serves commands
   // The host's keep-alives (every KATO / 4, 25 ms) wake the admin queue a few dozen times; after
   // each it spins at most poll_spin_us, then sleeps again.
-  const TargetIdle idle = target_idle(**t, 1000ms);
+  const TargetIdle idle = target_idle(*rig.target, 1000ms);
   INFO("an admin queue alone on a busy target over 1 s: " << idle.passes << " passes, " << idle.wakeups << " wake-ups");
   CHECK(idle.wakeups >= 1);
   CHECK(idle.passes <= (idle.wakeups + 1) * kPassesPerWakeup);
 }
 
 TEST_CASE("an adaptive target moves verified data, then sleeps while idle", "[poll][target]") {
-  Rig rig(PollMode::adaptive, 1, TargetPoll::adaptive);
+  Rig rig(1, polling(PollMode::adaptive, 1, TargetPoll::adaptive));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
   // Both ends idle: the target's admin queue wakes for keep-alives only, its I/O queue not at
@@ -277,7 +258,7 @@ TEST_CASE("an adaptive target moves verified data, then sleeps while idle", "[po
 }
 
 TEST_CASE("a sleeping target moves verified data", "[poll][target]") {
-  Rig rig(PollMode::busy, 1, TargetPoll::sleep);
+  Rig rig(1, polling(PollMode::busy, 1, TargetPoll::sleep));
   run_verified(rig, 1, 0);
   run_verified(rig, 16, 1024);
 }
@@ -315,7 +296,7 @@ void write_sync(Volume& v, const void* buf, uint64_t slba) {
 }  // namespace
 
 TEST_CASE("stats() answers while a completion callback holds its reactor up", "[poll][stats]") {
-  Rig rig(PollMode::adaptive);
+  Rig rig(1, polling(PollMode::adaptive));
   const uint32_t bs = rig.vol->block_size();
   std::vector<uint8_t> pattern(bs), got(bs, 0);
   for (uint32_t i = 0; i < bs; ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -358,7 +339,7 @@ TEST_CASE("stats() answers while a completion callback holds its reactor up", "[
 // the waits it starts (detail::g_snapshot_wait_for_test), not timed.
 TEST_CASE("stats() waits once for all held-up reactors, not once per reactor", "[poll][stats]") {
   constexpr unsigned kLanes = 4;
-  Rig rig(PollMode::adaptive, kLanes);
+  Rig rig(1, polling(PollMode::adaptive, kLanes));
   const uint32_t bs = rig.vol->block_size();
   std::vector<std::vector<uint8_t>> pattern(kLanes, std::vector<uint8_t>(bs)), got(kLanes, std::vector<uint8_t>(bs, 0));
   for (unsigned l = 0; l < kLanes; ++l) {

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "../common/rig.hpp"
 #include "auth/dhchap.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
@@ -34,10 +35,8 @@ struct Keys {
 };
 
 TargetOptions options(const Keys& k, bool with_ctrl_key, std::chrono::milliseconds timeout = 5000ms) {
-  TargetOptions o;
-  o.ports.assign(1, TargetPort{"127.0.0.1", "0", AnaState::optimized});
+  TargetOptions o = test::rig_target_options(1, 4ull << 20);
   o.subsystems[0].nqn = kNqn;
-  o.subsystems[0].namespaces[0].size_bytes = 4ull << 20;
   TargetHost h;
   h.nqn = kHostNqn;
   h.dhchap_key = auth::format_secret(k.host);
@@ -47,16 +46,7 @@ TargetOptions options(const Keys& k, bool with_ctrl_key, std::chrono::millisecon
   return o;
 }
 
-struct Rig {
-  std::unique_ptr<Target> t;
-  explicit Rig(const TargetOptions& o) {
-    auto r = Target::start(o);
-    REQUIRE(r);
-    t = std::move(*r);
-  }
-  uint16_t port() const { return t->port_number(0); }
-  PortStats stats() const { return t->stats(0); }
-};
+using test::Rig;
 
 auth::HostAuthConfig host_config(const Keys& k, bool bidirectional, auth::DhGroup g = auth::DhGroup::null) {
   auth::HostAuthConfig c;
@@ -133,7 +123,7 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   const Keys k;
   Rig rig(options(k, bidirectional));
   Client admin;
-  const uint32_t dw0 = connect_admin(admin, rig.port());
+  const uint32_t dw0 = connect_admin(admin, rig.port(0));
   CHECK((dw0 & kAuthReqAtr) != 0);
   // Authenticate before anything else: the target refuses even property access.
   Reply early = admin.property_get(prop::kCap, true);
@@ -149,7 +139,7 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   CHECK(id.status().is_success());
 
   Client io;
-  CHECK((connect_io(io, rig.port(), static_cast<uint16_t>(dw0 & 0xffff)) & kAuthReqAtr) != 0);
+  CHECK((connect_io(io, rig.port(0), static_cast<uint16_t>(dw0 & 0xffff)) & kAuthReqAtr) != 0);
   Reply blocked = io.read(1, 0, 1, 4096);
   REQUIRE(blocked.ok);
   CHECK(blocked.status() == auth::kAuthRequired);
@@ -159,8 +149,8 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   INFO(why);
   REQUIRE(r);
   data_round_trip(io);
-  CHECK(rig.stats().authentications == 2);
-  CHECK(rig.stats().auth_failures == 0);
+  CHECK(rig.stats(0).authentications == 2);
+  CHECK(rig.stats(0).auth_failures == 0);
 }
 
 }  // namespace
@@ -177,7 +167,7 @@ TEST_CASE("a host without a key entry is not asked to authenticate") {
   const Keys k;
   Rig rig(options(k, false));
   Client admin;
-  const uint32_t dw0 = connect_admin(admin, rig.port(), kOtherHost);
+  const uint32_t dw0 = connect_admin(admin, rig.port(0), kOtherHost);
   CHECK((dw0 & kAuthReqAtr) == 0);
   enable(admin);
   // Authentication commands on such a queue have no transaction to join.
@@ -192,7 +182,7 @@ TEST_CASE("a wrong host key gets Failure1 and the connection closed") {
   const Keys k;
   Rig rig(options(k, false));
   Client admin;
-  connect_admin(admin, rig.port());
+  connect_admin(admin, rig.port(0));
   auth::HostAuthConfig cfg = host_config(k, false);
   cfg.host_secret = secret(auth::HashId::sha256, 32, kHostNqn);
   std::string why;
@@ -200,11 +190,11 @@ TEST_CASE("a wrong host key gets Failure1 and the connection closed") {
   CHECK(r.error() == make_error_code(Errc::authentication_failed));
   CHECK(why.find("authentication failed") != std::string::npos);  // Failure1's reason
   CHECK(admin.closed_within(5000));
-  CHECK(rig.stats().auth_failures == 1);
-  CHECK(rig.stats().authentications == 0);
+  CHECK(rig.stats(0).auth_failures == 1);
+  CHECK(rig.stats(0).authentications == 0);
   // The right key still works on a new association.
   Client again;
-  connect_admin(again, rig.port());
+  connect_admin(again, rig.port(0));
   auto ok = authenticate(again, host_config(k, false), 0, &why);
   INFO(why);
   CHECK(ok);
@@ -214,7 +204,7 @@ TEST_CASE("a wrong controller key is refused by the host (Failure2) and the queu
   const Keys k;
   Rig rig(options(k, true));
   Client admin;
-  connect_admin(admin, rig.port());
+  connect_admin(admin, rig.port(0));
   auth::HostAuthConfig cfg = host_config(k, true);
   cfg.ctrl_secret = secret(auth::HashId::none, 48, kNqn);
   std::string why;
@@ -222,7 +212,7 @@ TEST_CASE("a wrong controller key is refused by the host (Failure2) and the queu
   CHECK(r.error() == make_error_code(Errc::authentication_failed));
   CHECK(why.find("controller key") != std::string::npos);
   CHECK(admin.closed_within(5000));
-  CHECK(rig.stats().auth_failures == 1);
+  CHECK(rig.stats(0).auth_failures == 1);
 }
 
 TEST_CASE("a host that stops mid-transaction is dropped after the timeout") {
@@ -231,7 +221,7 @@ TEST_CASE("a host that stops mid-transaction is dropped after the timeout") {
   // checked is that silence ends the queue, not how exactly the timer fires.
   Rig rig(options(k, false, 1500ms));
   Client admin;
-  connect_admin(admin, rig.port());
+  connect_admin(admin, rig.port(0));
   // Negotiate, read the Challenge, then say nothing more.
   auth::HostAuth host(host_config(k, false));
   auth::Step s = host.start();
@@ -246,19 +236,19 @@ TEST_CASE("a host that stops mid-transaction is dropped after the timeout") {
   CHECK(challenge.data[1] == auth::msg::kChallenge);
   // The event: the target closes the connection (well before this bound).
   CHECK(admin.closed_within(20000));
-  CHECK(rig.stats().auth_failures == 1);
+  CHECK(rig.stats(0).auth_failures == 1);
   // One that never starts is dropped the same way.
   Client idle;
-  connect_admin(idle, rig.port());
+  connect_admin(idle, rig.port(0));
   CHECK(idle.closed_within(20000));
-  CHECK(rig.stats().auth_failures == 2);
+  CHECK(rig.stats(0).auth_failures == 2);
 }
 
 TEST_CASE("malformed Authentication Send/Receive commands and messages") {
   const Keys k;
   Rig rig(options(k, false));
   Client admin;
-  connect_admin(admin, rig.port());
+  connect_admin(admin, rig.port(0));
   // Wrong SECP: Invalid Field, and the transaction is still open.
   Sqe sqe;
   prep_auth_receive(sqe, 4096);
@@ -281,7 +271,7 @@ TEST_CASE("malformed Authentication Send/Receive commands and messages") {
   CHECK(r.data[1] == auth::msg::kFailure1);
   CHECK(r.data[7] == static_cast<uint8_t>(auth::FailureReason::incorrect_payload));
   CHECK(admin.closed_within(5000));
-  CHECK(rig.stats().auth_failures == 1);
+  CHECK(rig.stats(0).auth_failures == 1);
 }
 
 TEST_CASE("bad keys in the options are refused at start") {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/rig.hpp"
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
 #include "nvmeof/target.hpp"
@@ -20,17 +21,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Rig {
+// nvmeof-target in its own process (two ports, a control socket), and the rig's volume over it.
+struct TargetProcess {
   std::string bin = test::tool_path("NVMEOF_TARGET");
   std::string sock = "/tmp/nvmeof-target-control-test." + std::to_string(::getpid()) + ".sock";
   std::unique_ptr<test::ToolProcess> proc;
   std::unique_ptr<Volume> vol;
 
-  explicit Rig(SelectorKind sel = SelectorKind::service_time) {
+  explicit TargetProcess(SelectorKind sel = SelectorKind::service_time) {
     proc = std::make_unique<test::ToolProcess>(std::vector<std::string>{
         bin, "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--size", "16M", "--control", sock, "--json"});
     const auto j = nlohmann::json::parse(proc->read_line());
-    VolumeOptions vo;
+    VolumeOptions vo = test::rig_volume_options();
     for (const auto& p : j["ports"]) {
       TransportAddress a;
       a.traddr = "127.0.0.1";
@@ -38,8 +40,6 @@ struct Rig {
       vo.paths.push_back(a);
     }
     vo.connect.subnqn = TargetSubsystem{}.nqn;
-    vo.connect.io_queue_depth = 64;
-    vo.no_path_timeout = 10s;
     vo.selector = sel;
     vo.io_deadline = 2s;  // a loaded machine must not turn these tests into deadline tests
     auto v = Volume::open(vo);
@@ -59,7 +59,7 @@ void finish_clean(test::VerifiedWorkload& w) {
 }  // namespace
 
 TEST_CASE("ctl ana moves traffic off the port and back", "[target-control]") {
-  Rig r;
+  TargetProcess r;
   test::VerifiedWorkload w(*r.vol);
   w.start();
   REQUIRE(test::wait_until([&] { return r.path(0).ios > 100 && r.path(1).ios > 100; }));
@@ -80,7 +80,7 @@ TEST_CASE("ctl ana moves traffic off the port and back", "[target-control]") {
 }
 
 TEST_CASE("ctl fault reset is a failover the volume records", "[target-control]") {
-  Rig r;
+  TargetProcess r;
   test::VerifiedWorkload w(*r.vol);
   w.start();
   REQUIRE(test::wait_until([&] { return r.path(0).ios > 100; }));
@@ -92,7 +92,7 @@ TEST_CASE("ctl fault reset is a failover the volume records", "[target-control]"
 }
 
 TEST_CASE("ctl fail-status and latency show on the path, clear ends them", "[target-control]") {
-  Rig r(SelectorKind::round_robin);
+  TargetProcess r(SelectorKind::round_robin);
   test::VerifiedWorkload w(*r.vol);
   w.start();
   REQUIRE(test::wait_until([&] { return r.path(0).ios > 100; }));
@@ -106,7 +106,7 @@ TEST_CASE("ctl fail-status and latency show on the path, clear ends them", "[tar
 }
 
 TEST_CASE("ctl rejects a bad port, state, status or socket clearly", "[target-control]") {
-  Rig r;
+  TargetProcess r;
   auto res = r.ctl("ana 7 optimized");
   CHECK(res.exit_code == 1);
   CHECK(res.output.find("port 7 out of range") != std::string::npos);

@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "../common/rig.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
 
@@ -28,37 +29,18 @@ constexpr uint64_t kBacklogBound = 8u << 20;
 constexpr uint32_t kDefaultTempOverK = 343;
 
 TargetOptions options() {
-  TargetOptions o;
-  o.ports.assign(1, TargetPort{"127.0.0.1", "0", AnaState::optimized});
-  o.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-  return o;
+  return test::rig_target_options(1);
 }
 
-struct Rig {
-  std::unique_ptr<Target> t;
-  explicit Rig(const TargetOptions& o = options()) {
-    auto r = Target::start(o);
-    REQUIRE(r);
-    t = std::move(*r);
-  }
-  uint16_t port() const { return t->port_number(0); }
-};
+using test::Rig;
 
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 3000ms) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::wait_until;
 
 // The target still takes a new association and moves data on it.
 void still_serves(Rig& rig) {
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   std::vector<uint8_t> a(kBlock, 0x6b);
   REQUIRE(io.write(1, 7, 1, a.data(), kBlock).status().is_success());
   CHECK(io.read(1, 7, 1, kBlock).data == a);
@@ -101,12 +83,12 @@ Reply connect_in_capsule(Client& c, uint16_t qid, uint16_t cntlid, const char* h
 }  // namespace
 
 TEST_CASE("a Connect whose data comes late is still the only Connect", "[target][connect][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client other;  // the controller the late I/O Connect names
-  REQUIRE(other.open_admin(rig.port(), kNqn));
+  REQUIRE(other.open_admin(rig.port(0), kNqn));
 
   Client c;
-  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.connect(rig.port(0)));
   REQUIRE(c.ic());
   const tcp::R2t r2t = connect_by_r2t(c, 100, 1);
   // The issue's sequence: an admin Connect in the capsule while the first one waits for its
@@ -144,9 +126,9 @@ TEST_CASE("a Connect whose data comes late is still the only Connect", "[target]
 
 TEST_CASE("the admin command's H2CData after a refused late Connect is a protocol error",
           "[target][connect][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client c;
-  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.connect(rig.port(0)));
   REQUIRE(c.ic());
   const tcp::R2t r2t = connect_by_r2t(c, 100, 0);
   // Named CNTLID of nobody: the late admin Connect creates a controller of its own.
@@ -182,9 +164,9 @@ TEST_CASE("the admin command's H2CData after a refused late Connect is a protoco
 }
 
 TEST_CASE("commands before Connect are refused", "[target][connect][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client c;
-  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.connect(rig.port(0)));
   REQUIRE(c.ic());
   auto id = c.identify(cns::kController);
   REQUIRE(id.ok);
@@ -203,9 +185,9 @@ TEST_CASE("commands before Connect are refused", "[target][connect][regression]"
 }
 
 TEST_CASE("a Connect with an empty host NQN is refused, naming the field", "[target][connect]") {
-  Rig rig;
+  Rig rig(options());
   Client c;
-  REQUIRE(c.connect(rig.port()));
+  REQUIRE(c.connect(rig.port(0)));
   REQUIRE(c.ic());
   auto r = connect_in_capsule(c, 0, 0xffff, "");
   REQUIRE(r.ok);
@@ -214,11 +196,11 @@ TEST_CASE("a Connect with an empty host NQN is refused, naming the field", "[tar
 }
 
 TEST_CASE("a peer that sends and never reads: the output stays bounded", "[target][backlog][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client c;
   // A small receive window, so the target's replies pile up on its side.
   c.set_receive_buffer(64 * 1024);
-  REQUIRE(c.open_admin(rig.port(), kNqn));
+  REQUIRE(c.open_admin(rig.port(0), kNqn));
   const int fl = ::fcntl(c.fd(), F_GETFL);
   ::fcntl(c.fd(), F_SETFL, fl | O_NONBLOCK);
   // 2000 Get Log Page capsules asking 128 KiB each: 250 MiB of replies if all executed.
@@ -243,9 +225,9 @@ TEST_CASE("a peer that sends and never reads: the output stays bounded", "[targe
       std::this_thread::sleep_for(1ms);
   }
   // Whatever the target could take, it took by now; its backlog is at its bound.
-  REQUIRE(eventually([&] { return rig.t->stats(0).max_output_backlog > kBacklogBound / 2; }));
+  REQUIRE(wait_until([&] { return rig.target->stats(0).max_output_backlog > kBacklogBound / 2; }));
   std::this_thread::sleep_for(300ms);
-  const PortStats st = rig.t->stats(0);
+  const PortStats st = rig.target->stats(0);
   INFO("max backlog " << st.max_output_backlog << ", commands " << st.commands);
   CHECK(st.max_output_backlog <= kBacklogBound);
   CHECK(st.commands < 1000);
@@ -253,10 +235,10 @@ TEST_CASE("a peer that sends and never reads: the output stays bounded", "[targe
 }
 
 TEST_CASE("a peer that closes in the middle of a PDU", "[target][errors]") {
-  Rig rig;
+  Rig rig(options());
   SECTION("inside a capsule header") {
     Client c;
-    REQUIRE(c.open_admin(rig.port(), kNqn));
+    REQUIRE(c.open_admin(rig.port(0), kNqn));
     Sqe s;
     prep_identify(s, cns::kController, 0);
     tcp::CapsuleCmd cap;
@@ -266,8 +248,8 @@ TEST_CASE("a peer that closes in the middle of a PDU", "[target][errors]") {
   }
   SECTION("inside H2CData of a write") {
     Client admin, io;
-    REQUIRE(admin.open_admin(rig.port(), kNqn));
-    REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+    REQUIRE(admin.open_admin(rig.port(0), kNqn));
+    REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
     Sqe w;
     prep_write(w, 1, 0, 8);
     w.cid = 9;
@@ -287,15 +269,15 @@ TEST_CASE("a peer that closes in the middle of a PDU", "[target][errors]") {
     io.close();
     admin.close();
   }
-  REQUIRE(eventually([&] { return rig.t->stats(0).live_connections == 0; }));
+  REQUIRE(wait_until([&] { return rig.target->stats(0).live_connections == 0; }));
   still_serves(rig);
 }
 
 TEST_CASE("Disconnect ends the queue; on the admin queue, the association", "[target][fabrics]") {
-  Rig rig;
+  Rig rig(options());
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   Sqe d;
   prep_fabrics(d, fctype::kDisconnect);
   auto r = io.exec(d);
@@ -305,7 +287,7 @@ TEST_CASE("Disconnect ends the queue; on the admin queue, the association", "[ta
   // The controller lives on, and qid 1 is free again.
   CHECK(admin.property_get(prop::kCsts, false).status().is_success());
   Client io2;
-  REQUIRE(io2.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(io2.open_io(rig.port(0), kNqn, admin.cntlid()));
   auto ra = admin.exec(d);
   REQUIRE(ra.ok);
   CHECK(ra.status().is_success());
@@ -372,10 +354,10 @@ void check_nothing_ran_after(const Outcome& o, uint16_t disconnect_cid, std::ini
 
 TEST_CASE("commands pipelined behind an I/O queue's Disconnect: none left waiting",
           "[target][fabrics][disconnect][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   // One send: the Disconnect, an opcode no command set defines, a read and a write.
   Sqe unknown, rd, wr;
   prep_command(unknown, 0x7e, 1);
@@ -395,16 +377,16 @@ TEST_CASE("commands pipelined behind an I/O queue's Disconnect: none left waitin
   CHECK(o.order.front() == 0x40);
   CHECK(admin.property_get(prop::kCsts, false).status().is_success());
   Client io2;
-  REQUIRE(io2.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(io2.open_io(rig.port(0), kNqn, admin.cntlid()));
   CHECK(io2.read(1, 0, 1, kBlock).status().is_success());
 }
 
 TEST_CASE("commands pipelined behind the admin queue's Disconnect, and on its I/O queue after it",
           "[target][fabrics][disconnect][regression]") {
-  Rig rig;
+  Rig rig(options());
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   Sqe ka, id, gl;
   prep_keep_alive(ka);
   prep_identify(id, cns::kController, 0);
@@ -439,7 +421,7 @@ TEST_CASE("the admin queue's Disconnect is answered behind output the host has n
   Rig rig(opts);
   Client admin;
   admin.set_receive_buffer(4096);
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
   constexpr uint32_t kLen = 256 * 1024;
   constexpr uint16_t kLogs = 24;
   std::vector<uint8_t> burst;
@@ -455,7 +437,7 @@ TEST_CASE("the admin queue's Disconnect is answered behind output the host has n
   const Outcome o = read_until_end(admin);
   // The case exists only if the replies did not all fit in the sockets (they do not with
   // Linux's default socket buffer limits).
-  if (rig.t->stats(0).max_output_backlog == 0) WARN("the sockets took every reply: no backlog tested");
+  if (rig.target->stats(0).max_output_backlog == 0) WARN("the sockets took every reply: no backlog tested");
   for (uint16_t i = 0; i < kLogs; ++i) CHECK(o.answered.count(static_cast<uint16_t>(0x100 + i)));
   REQUIRE(o.answered.count(0x200));
   CHECK(o.answered.at(0x200).is_success());
@@ -472,9 +454,9 @@ TEST_CASE("an I/O queue's Disconnect is answered to a host that reads late",
   opts.mdts = 6;
   Rig rig(opts);
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
   io.set_receive_buffer(4096);
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   constexpr uint32_t kBlocks = 64;  // 256 KiB
   constexpr uint16_t kReads = 24;
   std::vector<uint8_t> burst;
@@ -490,7 +472,7 @@ TEST_CASE("an I/O queue's Disconnect is answered to a host that reads late",
   // A host busy elsewhere: not a bound the target must meet, a pause it must outlast.
   std::this_thread::sleep_for(500ms);
   const Outcome o = read_until_end(io);
-  if (rig.t->stats(0).max_output_backlog == 0) WARN("the sockets took every reply: no backlog tested");
+  if (rig.target->stats(0).max_output_backlog == 0) WARN("the sockets took every reply: no backlog tested");
   for (uint16_t i = 0; i < kReads; ++i) CHECK(o.answered.count(static_cast<uint16_t>(0x100 + i)));
   REQUIRE(o.answered.count(0x200));
   CHECK(o.answered.at(0x200).is_success());
@@ -499,15 +481,15 @@ TEST_CASE("an I/O queue's Disconnect is answered to a host that reads late",
 }
 
 TEST_CASE("Number of Queues once I/O queues exist: Command Sequence Error", "[target][features]") {
-  Rig rig;
+  Rig rig(options());
   Client admin, io;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
   Sqe f;
   prep_set_features(f, feature::kNumberOfQueues, (3u << 16) | 3u);
   auto before = admin.exec(f);
   REQUIRE(before.ok);
   CHECK(before.status().is_success());
-  REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+  REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
   auto after = admin.exec(f);
   REQUIRE(after.ok);
   CHECK(after.status() == status::kCommandSequenceError);
@@ -515,9 +497,9 @@ TEST_CASE("Number of Queues once I/O queues exist: Command Sequence Error", "[ta
 
 TEST_CASE("Get/Set Features: arbitration, power, temperature, error recovery, write cache",
           "[target][features]") {
-  Rig rig;
+  Rig rig(options());
   Client admin;
-  REQUIRE(admin.open_admin(rig.port(), kNqn));
+  REQUIRE(admin.open_admin(rig.port(0), kNqn));
   auto get = [&](uint8_t fid, uint32_t cdw11 = 0, uint32_t sel = 0) {
     Sqe c;
     prep_get_features(c, fid);
@@ -568,8 +550,8 @@ TEST_CASE("a file-backed namespace: write cache off writes through, Flush flushe
   {
     Rig rig(o);
     Client admin, io;
-    REQUIRE(admin.open_admin(rig.port(), kNqn));
-    REQUIRE(io.open_io(rig.port(), kNqn, admin.cntlid()));
+    REQUIRE(admin.open_admin(rig.port(0), kNqn));
+    REQUIRE(io.open_io(rig.port(0), kNqn, admin.cntlid()));
     auto id = admin.identify(cns::kController);
     REQUIRE(id.ok);
     CHECK((id.data[offsetof(nvme_id_ctrl, vwc)] & 1) == 1);

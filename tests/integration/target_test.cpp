@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "../common/rig.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
@@ -19,23 +20,13 @@ constexpr char kNqn[] = "nqn.2024-01.io.nvmeof:target";
 constexpr uint32_t kBlock = 4096;
 
 TargetOptions options(size_t nports) {
-  TargetOptions o;
-  // Port "0": the kernel picks free ports, so parallel test runs never collide.
-  o.ports.assign(nports, TargetPort{"127.0.0.1", "0", AnaState::optimized});
-  o.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
+  // Free ports the kernel picks, so parallel test runs never collide.
+  TargetOptions o = test::rig_target_options(nports);
   o.cqt_ms = 50;
   return o;
 }
 
-struct Rig {
-  std::unique_ptr<Target> t;
-  explicit Rig(const TargetOptions& o = options(2)) {
-    auto r = Target::start(o);
-    REQUIRE(r);
-    t = std::move(*r);
-  }
-  uint16_t port(size_t i) const { return t->port_number(i); }
-};
+using test::Rig;
 
 // Every block carries its LBA and a sequence number, so a misplaced or stale block shows.
 std::vector<uint8_t> stamped(uint64_t slba, uint32_t nblocks, uint32_t seq, uint32_t bs = kBlock) {
@@ -76,16 +67,7 @@ ControllerInfo identify_controller(Client& admin) {
   return *info;
 }
 
-// Polls `done` every millisecond for up to `limit`; true once it holds.
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 3000ms) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::wait_until;
 
 // Sends a one-block in-capsule write with command id `cid` and returns without its answer.
 void send_write(Client& io, uint16_t cid, uint64_t lba, const std::vector<uint8_t>& data) {
@@ -127,7 +109,7 @@ std::vector<CcrLogEntry> ccr_log(Client& admin, uint8_t lsp = 0) {
 }  // namespace
 
 TEST_CASE("ICReq/ICResp, with and without digests", "[target][handshake]") {
-  Rig rig;
+  Rig rig(options(2));
   Client plain;
   REQUIRE(plain.connect(rig.port(0)));
   auto r = plain.ic();
@@ -162,7 +144,7 @@ TEST_CASE("ICReq/ICResp, with and without digests", "[target][handshake]") {
 }
 
 TEST_CASE("admin queue: Connect, properties, Identify Controller", "[target][admin]") {
-  Rig rig;
+  Rig rig(options(2));
   Client a;
   REQUIRE(a.connect(rig.port(0)));
   REQUIRE(a.ic());
@@ -235,7 +217,7 @@ TEST_CASE("admin queue: Connect, properties, Identify Controller", "[target][adm
 }
 
 TEST_CASE("Identify Namespace and descriptors agree across ports", "[target][admin]") {
-  Rig rig;
+  Rig rig(options(2));
   Client a0, a1;
   REQUIRE(a0.open_admin(rig.port(0), kNqn));
   REQUIRE(a1.open_admin(rig.port(1), kNqn));
@@ -297,12 +279,12 @@ TEST_CASE("ANA log, ANA change notices and path statuses", "[target][ana]") {
   q0.admin.send_capsule(aer);
   q1.admin.send_capsule(aer);
   CHECK_FALSE(q1.admin.next(50));
-  rig.t->set_ana_state(1, AnaState::inaccessible);
+  rig.target->set_ana_state(1, AnaState::inaccessible);
   auto ev = q1.admin.wait_reply(900, nullptr, 1000);
   REQUIRE(ev.ok);
   CHECK(ev.cqe.dw0 == 0x000C0302);
   CHECK_FALSE(q0.admin.next(50));
-  CHECK(rig.t->ana_state(1) == AnaState::inaccessible);
+  CHECK(rig.target->ana_state(1) == AnaState::inaccessible);
 
   ana = parse_ana_log(q1.admin.get_log(log_page::kAna, 4096).data);
   REQUIRE(ana);
@@ -310,12 +292,12 @@ TEST_CASE("ANA log, ANA change notices and path statuses", "[target][ana]") {
   CHECK(ana->chgcnt > chg0);
 
   CHECK(q1.io.read(1, 0, 1, kBlock).status() == status::kAnaInaccessible);
-  rig.t->set_ana_state(1, AnaState::persistent_loss);
+  rig.target->set_ana_state(1, AnaState::persistent_loss);
   CHECK(q1.io.read(1, 0, 1, kBlock).status() == status::kAnaPersistentLoss);
-  rig.t->set_ana_state(1, AnaState::change);
+  rig.target->set_ana_state(1, AnaState::change);
   const auto data = stamped(0, 1, 1);
   CHECK(q1.io.write(1, 0, 1, data.data(), kBlock).status() == status::kAnaTransition);
-  rig.t->set_ana_state(1, AnaState::non_optimized);
+  rig.target->set_ana_state(1, AnaState::non_optimized);
   CHECK(q1.io.write(1, 0, 1, data.data(), kBlock).status().is_success());
   CHECK(q0.io.read(1, 0, 1, kBlock).data == data);
   // An event raised with no AER outstanding is reported by the next AER at once.
@@ -324,7 +306,7 @@ TEST_CASE("ANA log, ANA change notices and path statuses", "[target][ana]") {
 }
 
 TEST_CASE("I/O queue Connect rules", "[target][connect]") {
-  Rig rig;
+  Rig rig(options(2));
   Client admin;
   REQUIRE(admin.open_admin(rig.port(0), kNqn));
   auto try_io = [&](const std::string& nqn, uint16_t qid, uint16_t cntlid, uint16_t sqsize = 31,
@@ -388,7 +370,7 @@ TEST_CASE("writes and reads move the right bytes", "[target][io]") {
   REQUIRE(w.status().is_success());
   CHECK(w.r2ts == 0);
   CHECK(q.io.read(1, 5, 2, 2 * kBlock).data == a);
-  CHECK(ns_bytes(*rig.t, 5 * kBlock, 2 * kBlock) == a);
+  CHECK(ns_bytes(*rig.target, 5 * kBlock, 2 * kBlock) == a);
 
   // Through R2T: 128 KiB in four 32 KiB R2Ts.
   const auto b = stamped(100, 32, 2);
@@ -396,11 +378,11 @@ TEST_CASE("writes and reads move the right bytes", "[target][io]") {
   REQUIRE(w.status().is_success());
   CHECK(w.r2ts == 4);
   CHECK(q.io.read(1, 100, 32, 32 * kBlock).data == b);
-  CHECK(ns_bytes(*rig.t, 100 * kBlock, 32 * kBlock) == b);
+  CHECK(ns_bytes(*rig.target, 100 * kBlock, 32 * kBlock) == b);
 
   // What a test writes directly, the host reads.
   const auto c = stamped(4000, 1, 3);
-  REQUIRE(rig.t->write_ns(kNqn, 1, 4000ull * kBlock, c.data(), kBlock));
+  REQUIRE(rig.target->write_ns(kNqn, 1, 4000ull * kBlock, c.data(), kBlock));
   CHECK(q.io.read(1, 4000, 1, kBlock).data == c);
 
   // HPDA: data starts on the boundary the host asked for.
@@ -431,8 +413,8 @@ TEST_CASE("writes and reads move the right bytes", "[target][io]") {
   const auto e = stamped(7, 16, 4, 512);
   REQUIRE(s.io.write(1, 7, 16, e.data(), 16 * 512).status().is_success());
   CHECK(s.io.read(1, 7, 16, 16 * 512).data == e);
-  CHECK(ns_bytes(*rig.t, 7 * 512, 16 * 512, small.nqn.c_str()) == e);
-  rig.t.reset();
+  CHECK(ns_bytes(*rig.target, 7 * 512, 16 * 512, small.nqn.c_str()) == e);
+  rig.target.reset();
   ::unlink(path);
 }
 
@@ -574,7 +556,7 @@ TEST_CASE("malformed PDUs get a C2HTermReq and a closed connection", "[target][e
     c.send_raw(b, sizeof b);
     expect_term(c, tcp::Fes::invalid_header_field, 4);
   }
-  CHECK(rig.t->stats(0).errors == 5);
+  CHECK(rig.target->stats(0).errors == 5);
 
   {  // a data digest error fails only its command
     Client admin, c;
@@ -596,9 +578,9 @@ TEST_CASE("malformed PDUs get a C2HTermReq and a closed connection", "[target][e
     std::memcpy(b.data() + cmd.ch.pdo + kBlock, &bad, 4);
     c.send_raw(b.data(), b.size());
     CHECK(c.wait_reply(500).status().code() == 0x22);
-    CHECK(ns_bytes(*rig.t, 9 * kBlock, kBlock) != data);
+    CHECK(ns_bytes(*rig.target, 9 * kBlock, kBlock) != data);
     CHECK(c.write(1, 9, 1, data.data(), kBlock).status().is_success());
-    CHECK(ns_bytes(*rig.t, 9 * kBlock, kBlock) == data);
+    CHECK(ns_bytes(*rig.target, 9 * kBlock, kBlock) == data);
   }
   // The target keeps serving.
   Client ok;
@@ -664,40 +646,40 @@ TEST_CASE("faults: failing commands, latency, refuse, reset, blackhole", "[targe
   REQUIRE(q.io.write(1, 1, 1, a.data(), kBlock).status().is_success());
 
   const NvmeStatus fail = NvmeStatus::make(Sct::media, 0x81);
-  rig.t->fail_commands(0, fail);
+  rig.target->fail_commands(0, fail);
   CHECK(q.io.read(1, 1, 1, kBlock).status() == fail);
   CHECK(q.admin.get_log(log_page::kAna, 4096).status().is_success());
-  rig.t->fail_commands(0, std::nullopt);
+  rig.target->fail_commands(0, std::nullopt);
   CHECK(q.io.read(1, 1, 1, kBlock).data == a);
 
-  rig.t->set_latency(0, 30ms);
+  rig.target->set_latency(0, 30ms);
   auto t0 = std::chrono::steady_clock::now();
   CHECK(q.io.read(1, 1, 1, kBlock).data == a);
   CHECK(std::chrono::steady_clock::now() - t0 >= 30ms);
-  rig.t->set_latency(0, 0us);
+  rig.target->set_latency(0, 0us);
 
-  rig.t->inject(1, FaultKind::refuse);
+  rig.target->inject(1, FaultKind::refuse);
   Client refused;
   REQUIRE(refused.connect(rig.port(1)));
   CHECK(refused.closed_within(500));
-  rig.t->clear_faults(1);
+  rig.target->clear_faults(1);
   Client back;
   REQUIRE(back.open_admin(rig.port(1), kNqn));
 
-  rig.t->inject(0, FaultKind::blackhole);
+  rig.target->inject(0, FaultKind::blackhole);
   Sqe r;
   prep_read(r, 1, 1, 1);
   r.cid = 321;
   set_sgl(r, sgl::kTransportDataBlock, 0, kBlock);
   q.io.send_capsule(r);
   CHECK_FALSE(q.io.next(200));
-  rig.t->clear_faults(0);
+  rig.target->clear_faults(0);
   // Healed: the command received during the blackhole is answered now.
   auto late = q.io.wait_reply(321);
   REQUIRE(late.ok);
   CHECK(late.data == a);
 
-  rig.t->inject(0, FaultKind::reset);
+  rig.target->inject(0, FaultKind::reset);
   CHECK(q.io.closed_within(500));
   CHECK(q.admin.closed_within(500));
   // New connections are still accepted after a reset.
@@ -705,12 +687,12 @@ TEST_CASE("faults: failing commands, latency, refuse, reset, blackhole", "[targe
   CHECK(again.io.read(1, 1, 1, kBlock).data == a);
 
   // The blackholed target still notices a host that closes.
-  rig.t->inject(0, FaultKind::blackhole);
-  const uint64_t live = rig.t->stats(0).live_connections;
+  rig.target->inject(0, FaultKind::blackhole);
+  const uint64_t live = rig.target->stats(0).live_connections;
   again.io.close();
-  for (int i = 0; i < 100 && rig.t->stats(0).live_connections >= live; ++i) std::this_thread::sleep_for(5ms);
-  CHECK(rig.t->stats(0).live_connections == live - 1);
-  rig.t->clear_faults(0);
+  for (int i = 0; i < 100 && rig.target->stats(0).live_connections >= live; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(rig.target->stats(0).live_connections == live - 1);
+  rig.target->clear_faults(0);
 }
 
 TEST_CASE("held writes honour the Command Quiesce Time", "[target][faults][cqt]") {
@@ -727,40 +709,40 @@ TEST_CASE("held writes honour the Command Quiesce Time", "[target][faults][cqt]"
   };
 
   {  // connection alive: completes after the delay
-    rig.t->delay_writes(0, 20ms);
+    rig.target->delay_writes(0, 20ms);
     Queues q(rig, 0);
     const auto d = stamped(10, 1, 1);
     const auto t0 = std::chrono::steady_clock::now();
     REQUIRE(q.io.write(1, 10, 1, d.data(), kBlock).status().is_success());
     CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
-    CHECK(ns_bytes(*rig.t, 10 * kBlock, kBlock) == d);
+    CHECK(ns_bytes(*rig.target, 10 * kBlock, kBlock) == d);
   }
-  const uint64_t executed = rig.t->stats(0).delayed_writes_executed;
+  const uint64_t executed = rig.target->stats(0).delayed_writes_executed;
   {  // connection torn down, delay ends within CQT: the write still lands
-    rig.t->delay_writes(0, 20ms);
+    rig.target->delay_writes(0, 20ms);
     const auto d = stamped(11, 1, 1);
     send_write_and_close(11, d);
     std::this_thread::sleep_for(80ms);
-    CHECK(ns_bytes(*rig.t, 11 * kBlock, kBlock) == d);
-    CHECK(rig.t->stats(0).delayed_writes_executed == executed + 1);
+    CHECK(ns_bytes(*rig.target, 11 * kBlock, kBlock) == d);
+    CHECK(rig.target->stats(0).delayed_writes_executed == executed + 1);
   }
   {  // delay ends after CQT: dropped
-    rig.t->delay_writes(0, 120ms);
+    rig.target->delay_writes(0, 120ms);
     const auto d = stamped(12, 1, 1);
     send_write_and_close(12, d);
     std::this_thread::sleep_for(180ms);
-    CHECK(ns_bytes(*rig.t, 12 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));
-    CHECK(rig.t->stats(0).delayed_writes_dropped == 1);
+    CHECK(ns_bytes(*rig.target, 12 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));
+    CHECK(rig.target->stats(0).delayed_writes_dropped == 1);
   }
   {  // QuiesceMode::ignore: the ghost lands anyway
-    rig.t->delay_writes(0, 120ms, QuiesceMode::ignore);
+    rig.target->delay_writes(0, 120ms, QuiesceMode::ignore);
     const auto d = stamped(13, 1, 1);
     send_write_and_close(13, d);
     std::this_thread::sleep_for(180ms);
-    CHECK(ns_bytes(*rig.t, 13 * kBlock, kBlock) == d);
-    CHECK(rig.t->stats(0).delayed_writes_executed == executed + 2);
+    CHECK(ns_bytes(*rig.target, 13 * kBlock, kBlock) == d);
+    CHECK(rig.target->stats(0).delayed_writes_executed == executed + 2);
   }
-  rig.t->clear_faults(0);
+  rig.target->clear_faults(0);
 }
 
 TEST_CASE("keep-alive timeout ends the association", "[target][keepalive]") {
@@ -790,10 +772,10 @@ TEST_CASE("keep-alive timeout ends the association", "[target][keepalive]") {
 TEST_CASE("stop() closes every connection and is idempotent", "[target]") {
   Rig rig(options(1));
   Queues q(rig, 0);
-  rig.t->stop();
+  rig.target->stop();
   CHECK(q.admin.closed_within(500));
   CHECK(q.io.closed_within(500));
-  rig.t->stop();
+  rig.target->stop();
   TargetOptions bad = options(1);
   bad.subsystems[0].namespaces[0].block_size = 1024;
   CHECK(Target::start(bad).error() == make_error_code(Errc::invalid_argument));
@@ -801,7 +783,7 @@ TEST_CASE("stop() closes every connection and is idempotent", "[target]") {
 
 TEST_CASE("Identify reports CIU, CIRN and CCRL; KATO rounds up to KAS", "[target][admin][ccr]") {
   SECTION("CCR enabled") {
-    Rig rig;
+    Rig rig(options(2));
     Client a, b;
     REQUIRE(a.open_admin(rig.port(0), kNqn, 250));
     REQUIRE(b.open_admin(rig.port(1), kNqn));
@@ -855,20 +837,20 @@ TEST_CASE("Identify reports CIU, CIRN and CCRL; KATO rounds up to KAS", "[target
 }
 
 TEST_CASE("CCR through controller B resets controller A", "[target][ccr]") {
-  Rig rig;  // CQT 50 ms
+  Rig rig(options(2));  // CQT 50 ms
   Queues qa(rig, 0);
   Client b;
   REQUIRE(b.open_admin(rig.port(1), kNqn));
   const ControllerInfo ia = identify_controller(qa.admin);
 
   // A held write (delay_writes honour) and a latency-delayed one, both received before the CCR.
-  rig.t->delay_writes(0, 300ms);
+  rig.target->delay_writes(0, 300ms);
   send_write(qa.io, 71, 20, stamped(20, 1, 1));
-  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 1; }));
-  rig.t->delay_writes(0, 0ms);
-  rig.t->set_latency(0, 150ms);
+  REQUIRE(wait_until([&] { return rig.target->stats(0).writes == 1; }));
+  rig.target->delay_writes(0, 0ms);
+  rig.target->set_latency(0, 150ms);
   send_write(qa.io, 72, 21, stamped(21, 1, 1));
-  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 2; }));
+  REQUIRE(wait_until([&] { return rig.target->stats(0).writes == 2; }));
 
   const auto t0 = std::chrono::steady_clock::now();
   auto r = b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn);
@@ -879,9 +861,9 @@ TEST_CASE("CCR through controller B resets controller A", "[target][ccr]") {
   std::printf("synchronous CCR took %lld us\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
   // The held write was dropped before the CCR completed.
-  CHECK(rig.t->stats(0).delayed_writes_dropped == 1);
-  CHECK(rig.t->stats(1).ccr_received == 1);
-  CHECK(rig.t->stats(1).ccr_completed == 1);
+  CHECK(rig.target->stats(0).delayed_writes_dropped == 1);
+  CHECK(rig.target->stats(1).ccr_received == 1);
+  CHECK(rig.target->stats(1).ccr_completed == 1);
   CHECK(qa.admin.closed_within(1000));
   CHECK(qa.io.closed_within(1000));
 
@@ -895,38 +877,38 @@ TEST_CASE("CCR through controller B resets controller A", "[target][ccr]") {
 
   // Neither write ever executes, not even once their delays are over.
   std::this_thread::sleep_for(350ms);
-  rig.t->clear_faults(0);
-  CHECK(ns_bytes(*rig.t, 20 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
-  CHECK(rig.t->stats(0).delayed_writes_executed == 0);
-  CHECK(rig.t->stats(0).keep_alive_expiries == 0);
+  rig.target->clear_faults(0);
+  CHECK(ns_bytes(*rig.target, 20 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
+  CHECK(rig.target->stats(0).delayed_writes_executed == 0);
+  CHECK(rig.target->stats(0).keep_alive_expiries == 0);
 }
 
 TEST_CASE("CCR of a controller behind a partition", "[target][ccr][partition]") {
-  Rig rig;
+  Rig rig(options(2));
   Queues qa(rig, 0);
   Client b;
   REQUIRE(b.open_admin(rig.port(1), kNqn));
   const ControllerInfo ia = identify_controller(qa.admin);
-  rig.t->delay_writes(0, 300ms);
+  rig.target->delay_writes(0, 300ms);
   send_write(qa.io, 71, 30, stamped(30, 1, 1));
-  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 1; }));
-  rig.t->inject(0, FaultKind::partition);
+  REQUIRE(wait_until([&] { return rig.target->stats(0).writes == 1; }));
+  rig.target->inject(0, FaultKind::partition);
 
   auto r = b.ccr(qa.admin.cntlid(), ia.ciu, ia.cirn);
   REQUIRE(r.status().is_success());
   CHECK(r.cqe.dw0 == kCcrDone);
-  CHECK(rig.t->stats(0).delayed_writes_dropped == 1);
+  CHECK(rig.target->stats(0).delayed_writes_dropped == 1);
   // No FIN crosses the partition: A's sockets close only once it heals.
   CHECK_FALSE(qa.admin.closed_within(100));
-  CHECK(rig.t->stats(0).live_connections == 2);
-  rig.t->clear_faults(0);
+  CHECK(rig.target->stats(0).live_connections == 2);
+  rig.target->clear_faults(0);
   CHECK(qa.admin.closed_within(1000));
   CHECK(qa.io.closed_within(1000));
-  CHECK(ns_bytes(*rig.t, 30 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));
+  CHECK(ns_bytes(*rig.target, 30 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));
 }
 
 TEST_CASE("CCR rejects what names no other live controller of the same host", "[target][ccr]") {
-  Rig rig;
+  Rig rig(options(2));
   Queues qa(rig, 0);
   Client b, other;
   REQUIRE(b.open_admin(rig.port(1), kNqn));
@@ -939,8 +921,8 @@ TEST_CASE("CCR rejects what names no other live controller of the same host", "[
   const ControllerInfo ib = identify_controller(b);
   CHECK(b.ccr(b.cntlid(), ib.ciu, ib.cirn).status() == status::kInvalidField);  // itself
   CHECK(other.ccr(a, ia.ciu, ia.cirn).status() == status::kInvalidField);  // another host's
-  CHECK(rig.t->stats(1).ccr_received == 5);
-  CHECK(rig.t->stats(1).ccr_completed == 0);
+  CHECK(rig.target->stats(1).ccr_received == 5);
+  CHECK(rig.target->stats(1).ccr_completed == 0);
   // A still serves.
   const auto d = stamped(5, 1, 1);
   CHECK(qa.io.write(1, 5, 1, d.data(), kBlock).status().is_success());
@@ -1000,7 +982,7 @@ TEST_CASE("asynchronous CCR: DW0 0, then the event and the log entry", "[target]
   auto ev = b.wait_reply(900, nullptr, 2000);
   REQUIRE(ev.ok);
   CHECK(ev.cqe.dw0 == kCcrEvent);
-  CHECK(rig.t->stats(1).ccr_completed == 1);
+  CHECK(rig.target->stats(1).ccr_completed == 1);
   CHECK(qa.admin.closed_within(1000));
   CHECK(qa.io.closed_within(1000));
 
@@ -1018,7 +1000,7 @@ TEST_CASE("asynchronous CCR: DW0 0, then the event and the log entry", "[target]
   Queues qc(rig, 0);
   const ControllerInfo ic = identify_controller(qc.admin);
   REQUIRE(b.ccr(qc.admin.cntlid(), ic.ciu, ic.cirn).status().is_success());
-  REQUIRE(eventually([&] { return rig.t->stats(1).ccr_completed == 2; }));
+  REQUIRE(wait_until([&] { return rig.target->stats(1).ccr_completed == 2; }));
   b.send_aer(901);
   auto ev2 = b.wait_reply(901, nullptr, 2000);
   REQUIRE(ev2.ok);
@@ -1032,8 +1014,8 @@ TEST_CASE("keep-alive ends a blackholed controller at KATO", "[target][keepalive
   Sqe k;
   prep_keep_alive(k);
   REQUIRE(q.admin.exec(k).status().is_success());  // the timer restarts after t0
-  const PortStats before = rig.t->stats(0);
-  rig.t->inject(0, FaultKind::blackhole);
+  const PortStats before = rig.target->stats(0);
+  rig.target->inject(0, FaultKind::blackhole);
   REQUIRE(q.admin.closed_within(3000));
   // Not before KATO: the timer never fires early, however idle or loaded the machine.
   CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
@@ -1041,11 +1023,11 @@ TEST_CASE("keep-alive ends a blackholed controller at KATO", "[target][keepalive
   // Ended by its keep-alive expiry, and the connections slept until that deadline rather than
   // looking for it: the blackhole's own wake-up of each queue, the expiry and the teardown make
   // a handful of wake-ups (a check every millisecond would make some 300). Load only delays them.
-  const PortStats after = rig.t->stats(0);
+  const PortStats after = rig.target->stats(0);
   INFO("wake-ups " << after.poll_wakeups - before.poll_wakeups << ", passes " << after.poll_passes - before.poll_passes);
   CHECK(after.keep_alive_expiries - before.keep_alive_expiries == 1);
   CHECK(after.poll_wakeups - before.poll_wakeups <= 20);
-  rig.t->clear_faults(0);
+  rig.target->clear_faults(0);
 }
 
 TEST_CASE("partition: the host's close goes unnoticed, keep-alive ends the controller",
@@ -1053,39 +1035,39 @@ TEST_CASE("partition: the host's close goes unnoticed, keep-alive ends the contr
   Rig rig(options(1));  // CQT 50 ms
   Queues gone(rig, 0, kNqn, 300);  // its host closes its sockets behind the partition
   Queues kept(rig, 0, kNqn, 300);  // its host keeps them
-  rig.t->delay_writes(0, 1000ms);
+  rig.target->delay_writes(0, 1000ms);
   const auto data = stamped(40, 1, 1);
   const auto t0 = std::chrono::steady_clock::now();
   send_write(gone.io, 81, 40, data);  // the last command of either controller: after t0
   send_write(kept.io, 82, 41, data);
-  REQUIRE(eventually([&] { return rig.t->stats(0).writes == 2; }));
-  rig.t->inject(0, FaultKind::partition);
+  REQUIRE(wait_until([&] { return rig.target->stats(0).writes == 2; }));
+  rig.target->inject(0, FaultKind::partition);
   gone.admin.close();
   gone.io.close();
 
   // Both ended by keep-alive expiry (nothing else could end them behind the partition), and
   // not before KATO: the timer never fires early.
-  REQUIRE(eventually([&] { return rig.t->stats(0).keep_alive_expiries == 2; }));
+  REQUIRE(wait_until([&] { return rig.target->stats(0).keep_alive_expiries == 2; }));
   const auto ended = std::chrono::steady_clock::now() - t0;
   std::printf("partitioned controllers ended %lld ms after their last command (KATO 300 ms)\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(ended).count()));
   CHECK(ended >= 300ms);
-  CHECK(rig.t->stats(0).live_connections == 4);  // nothing noticed the host's close
+  CHECK(rig.target->stats(0).live_connections == 4);  // nothing noticed the host's close
   // Held writes come due long after teardown + CQT: dropped.
-  REQUIRE(eventually([&] { return rig.t->stats(0).delayed_writes_dropped == 2; }));
-  CHECK(rig.t->stats(0).delayed_writes_executed == 0);
-  CHECK(ns_bytes(*rig.t, 40 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
+  REQUIRE(wait_until([&] { return rig.target->stats(0).delayed_writes_dropped == 2; }));
+  CHECK(rig.target->stats(0).delayed_writes_executed == 0);
+  CHECK(ns_bytes(*rig.target, 40 * kBlock, 2 * kBlock) == std::vector<uint8_t>(2 * kBlock, 0));
 
   CHECK_FALSE(kept.admin.closed_within(50));
   // New connections get nothing behind the partition.
   Client fresh;
   REQUIRE(fresh.connect(rig.port(0)));
   CHECK_FALSE(fresh.ic());
-  rig.t->clear_faults(0);
+  rig.target->clear_faults(0);
   // Healed: the ended controller's sockets close now.
   CHECK(kept.admin.closed_within(1000));
   CHECK(kept.io.closed_within(1000));
-  REQUIRE(eventually([&] { return rig.t->stats(0).live_connections == 1; }));  // `fresh`
+  REQUIRE(wait_until([&] { return rig.target->stats(0).live_connections == 1; }));  // `fresh`
 }
 
 TEST_CASE("drop_commands: N commands never answered, later ones answered", "[target][faults]") {
@@ -1093,7 +1075,7 @@ TEST_CASE("drop_commands: N commands never answered, later ones answered", "[tar
   Queues q(rig, 0);
   const auto d = stamped(7, 1, 1);
   REQUIRE(q.io.write(1, 7, 1, d.data(), kBlock).status().is_success());
-  rig.t->drop_commands(0, 2);
+  rig.target->drop_commands(0, 2);
   Sqe r;
   prep_read(r, 1, 7, 1);
   r.cid = 501;
@@ -1117,7 +1099,7 @@ TEST_CASE("drop_commands: N commands never answered, later ones answered", "[tar
     CHECK(resp->as<tcp::CapsuleResp>().cqe.cid == 503);
   }
   CHECK_FALSE(q.io.next(50));
-  CHECK(rig.t->stats(0).commands_dropped == 2);
-  CHECK(ns_bytes(*rig.t, 8 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));  // never executed
+  CHECK(rig.target->stats(0).commands_dropped == 2);
+  CHECK(ns_bytes(*rig.target, 8 * kBlock, kBlock) == std::vector<uint8_t>(kBlock, 0));  // never executed
   CHECK(q.io.read(1, 7, 1, kBlock).data == d);
 }

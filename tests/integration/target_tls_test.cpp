@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/rig.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
@@ -30,22 +31,18 @@ tls::ConfiguredPsk configured_psk(uint8_t seed) {
 }
 
 // Port 0: TLS required; port 1: TLS not required; port 2: plaintext only.
-struct Rig {
-  std::unique_ptr<Target> t;
-  Rig() {
-    TargetOptions o;
-    const std::string psk = *tls::format_interchange(configured_psk(1));
-    o.ports = {TargetPort{"127.0.0.1", "0", AnaState::optimized, PortTls::required, psk},
-               TargetPort{"127.0.0.1", "0", AnaState::optimized, PortTls::not_required, psk},
-               TargetPort{"127.0.0.1", "0", AnaState::optimized}};
-    o.subsystems[0].nqn = kNqn;
-    o.subsystems[0].namespaces[0].size_bytes = 16ull << 20;
-    auto r = Target::start(o);
-    REQUIRE(r);
-    t = std::move(*r);
-  }
-  uint16_t port(size_t i) const { return t->port_number(i); }
-};
+// Three ports: TLS required, TLS allowed, and no TLS.
+TargetOptions tls_options() {
+  TargetOptions o = test::rig_target_options(3);
+  const std::string psk = *tls::format_interchange(configured_psk(1));
+  o.ports = {TargetPort{"127.0.0.1", "0", AnaState::optimized, PortTls::required, psk},
+             TargetPort{"127.0.0.1", "0", AnaState::optimized, PortTls::not_required, psk},
+             TargetPort{"127.0.0.1", "0", AnaState::optimized}};
+  o.subsystems[0].nqn = kNqn;
+  return o;
+}
+
+using test::Rig;
 
 tls::TlsPsk host_psk(const char* subnqn, uint8_t seed = 1) {
   auto p = tls::derive_tls_psk(configured_psk(seed), kHostNqn, subnqn);
@@ -71,7 +68,7 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("TLS port: admin and I/O queues through TLS, data verified", "[target][tls]") {
-  Rig rig;
+  Rig rig(tls_options());
   for (size_t port : {size_t{0}, size_t{1}}) {
     Client admin;
     uint16_t cntlid = 0;
@@ -101,7 +98,7 @@ TEST_CASE("TLS port: admin and I/O queues through TLS, data verified", "[target]
 }
 
 TEST_CASE("TLS port: refusals", "[target][tls]") {
-  Rig rig;
+  Rig rig(tls_options());
   SECTION("plaintext on a TLS-only port is closed") {
     Client c;
     REQUIRE(c.connect(rig.port(0)));
@@ -133,7 +130,7 @@ TEST_CASE("TLS port: refusals", "[target][tls]") {
 }
 
 TEST_CASE("discovery log reports each port's secure channel", "[target][tls][discovery]") {
-  Rig rig;
+  Rig rig(tls_options());
   Client d;
   REQUIRE(open_admin_tls(d, rig.port(0), kDiscoveryNqn));
   auto full = d.get_log(0x70, 1024 * 4);

@@ -1,8 +1,10 @@
 // The TCP queue pair against a tiny scripted fake controller: every malformed or hostile answer
 // fails the pair with the documented error, completes outstanding commands with a host path
-// error, and never crashes. The faults on an established pair, short sends and a SUCCESS-flagged
-// read each run twice: on an ordinary reactor (ring receives and sends) and on a busy one, where
-// the pair calls recv() and send() on its socket itself every turn (direct_socket()).
+// error, and never crashes. The faults during the set-up and those on an established pair are
+// each a table of cases run by one test with the same checks. The faults on an established pair,
+// short sends and a SUCCESS-flagged read each run twice: on an ordinary reactor (ring receives
+// and sends) and on a busy one, where the pair calls recv() and send() on its socket itself every
+// turn (direct_socket()).
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -10,8 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -93,12 +98,13 @@ void answer_icreq(int fd) {
   write_all(fd, &resp, sizeof resp);
 }
 
-void answer_connect(int fd) {
+// A Connect answered with `dw0` (CNTLID, and the authentication flags above it).
+void answer_connect_with(int fd, uint32_t dw0) {
   uint8_t cap[kCapsuleCmdHlen + 1024];
   REQUIRE(read_exact(fd, cap, sizeof cap));
   Cqe cqe{};
   cqe.cid = 0;
-  cqe.dw0 = 1;  // CNTLID
+  cqe.dw0 = dw0;
   CapsuleResp r;
   fill_capsule_resp(r, cqe, Negotiated{});
   write_all(fd, &r, sizeof r);
@@ -106,7 +112,7 @@ void answer_connect(int fd) {
 
 void handshake(int fd) {
   answer_icreq(fd);
-  answer_connect(fd);
+  answer_connect_with(fd, 1);  // CNTLID 1, no authentication
 }
 
 // Reads one capsule the host sends (no digests, no in-capsule data) and returns its CID.
@@ -193,77 +199,87 @@ void expect_failure(const std::function<void(int, uint16_t)>& misbehave, Errc wa
 
 }  // namespace
 
-TEST_CASE("a bad ICResp fails the set-up with malformed_pdu") {
-  FakeController fake([](int fd) {
-    IcReq req;
-    REQUIRE(read_exact(fd, &req, sizeof req));
-    IcResp resp;
-    fill_ic_resp(resp, 0, false, false, 131072);
-    resp.ch.hlen = 64;  // wrong HLEN
-    write_all(fd, &resp, sizeof resp);
-  });
-  auto reactor = Reactor::create().value();
-  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
-  REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(Errc::malformed_pdu));
+namespace {
+
+// A controller that misbehaves during the set-up (ICReq/ICResp, then Connect): the connect
+// fails with the error each case names.
+struct SetupFault {
+  const char* what;
+  void (*script)(int fd);
+  std::error_code want;
+  std::chrono::milliseconds connect_timeout;  ///< 0: config()'s
+};
+
+const std::vector<SetupFault>& setup_faults() {
+  static const std::vector<SetupFault> cases = {
+      {"a bad ICResp fails the set-up with malformed_pdu",
+       [](int fd) {
+         IcReq req;
+         REQUIRE(read_exact(fd, &req, sizeof req));
+         IcResp resp;
+         fill_ic_resp(resp, 0, false, false, 131072);
+         resp.ch.hlen = 64;  // wrong HLEN
+         write_all(fd, &resp, sizeof resp);
+       },
+       make_error_code(Errc::malformed_pdu), {}},
+      {"an ICResp with a tiny MAXH2CDATA is refused",
+       [](int fd) {
+         IcReq req;
+         REQUIRE(read_exact(fd, &req, sizeof req));
+         IcResp resp;
+         fill_ic_resp(resp, 0, false, false, 512);
+         write_all(fd, &resp, sizeof resp);
+       },
+       make_error_code(Errc::malformed_pdu), {}},
+      {"a C2HTermReq instead of ICResp fails the set-up with peer_terminated",
+       [](int fd) {
+         IcReq req;
+         REQUIRE(read_exact(fd, &req, sizeof req));
+         TermReq t;
+         fill_term_req(t, PduType::c2h_term_req, Fes::invalid_header_field, 0, 0);
+         write_all(fd, &t, sizeof t);
+       },
+       make_error_code(Errc::peer_terminated), {}},
+      {"a rejected Connect returns its NVMe status",
+       [](int fd) {
+         answer_icreq(fd);
+         uint8_t cap[kCapsuleCmdHlen + 1024];
+         REQUIRE(read_exact(fd, cap, sizeof cap));
+         Cqe cqe{};
+         cqe.status_field = status::kConnectInvalidHost.cqe_field();
+         CapsuleResp r;
+         fill_capsule_resp(r, cqe, Negotiated{});
+         write_all(fd, &r, sizeof r);
+       },
+       make_error_code(status::kConnectInvalidHost), {}},
+      {"a controller that never answers ICReq times out",
+       [](int fd) {
+         IcReq req;
+         REQUIRE(read_exact(fd, &req, sizeof req));
+       },
+       make_error_code(Errc::timeout), 200ms},
+      {"a Connect response that requires authentication fails the set-up without a key",
+       [](int fd) {
+         answer_icreq(fd);
+         answer_connect_with(fd, kAuthReqAtr | 1);
+       },
+       make_error_code(Errc::authentication_required), {}},
+  };
+  return cases;
 }
 
-TEST_CASE("an ICResp with a tiny MAXH2CDATA is refused") {
-  FakeController fake([](int fd) {
-    IcReq req;
-    REQUIRE(read_exact(fd, &req, sizeof req));
-    IcResp resp;
-    fill_ic_resp(resp, 0, false, false, 512);
-    write_all(fd, &resp, sizeof resp);
-  });
-  auto reactor = Reactor::create().value();
-  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
-  REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(Errc::malformed_pdu));
-}
+}  // namespace
 
-TEST_CASE("a C2HTermReq instead of ICResp fails the set-up with peer_terminated") {
-  FakeController fake([](int fd) {
-    IcReq req;
-    REQUIRE(read_exact(fd, &req, sizeof req));
-    TermReq t;
-    fill_term_req(t, PduType::c2h_term_req, Fes::invalid_header_field, 0, 0);
-    write_all(fd, &t, sizeof t);
-  });
+TEST_CASE("a controller that misbehaves during the set-up fails the connect with the documented error") {
+  const SetupFault& c = setup_faults().at(GENERATE(range(size_t{0}, setup_faults().size())));
+  INFO(c.what);
+  FakeController fake(c.script);
   auto reactor = Reactor::create().value();
-  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
+  QpConfig cfg = config(fake);
+  if (c.connect_timeout.count() > 0) cfg.connect_timeout = c.connect_timeout;
+  auto qp = tcp::QueuePair::connect(*reactor, cfg);
   REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(Errc::peer_terminated));
-}
-
-TEST_CASE("a rejected Connect returns its NVMe status") {
-  FakeController fake([](int fd) {
-    answer_icreq(fd);
-    uint8_t cap[kCapsuleCmdHlen + 1024];
-    REQUIRE(read_exact(fd, cap, sizeof cap));
-    Cqe cqe{};
-    cqe.status_field = status::kConnectInvalidHost.cqe_field();
-    CapsuleResp r;
-    fill_capsule_resp(r, cqe, Negotiated{});
-    write_all(fd, &r, sizeof r);
-  });
-  auto reactor = Reactor::create().value();
-  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
-  REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(status::kConnectInvalidHost));
-}
-
-TEST_CASE("a controller that never answers ICReq times out") {
-  FakeController fake([](int fd) {
-    IcReq req;
-    REQUIRE(read_exact(fd, &req, sizeof req));
-  });
-  auto reactor = Reactor::create().value();
-  QpConfig c = config(fake);
-  c.connect_timeout = 200ms;
-  auto qp = tcp::QueuePair::connect(*reactor, c);
-  REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(Errc::timeout));
+  CHECK(qp.error() == c.want);
 }
 
 TEST_CASE("a closed port is refused at once") {
@@ -285,91 +301,88 @@ TEST_CASE("a closed port is refused at once") {
   CHECK(qp.error() == make_error_code(Errc::connection_refused));
 }
 
-TEST_CASE("a PDU with a wrong HLEN fails the pair with malformed_pdu") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        Cqe cqe{};
-        cqe.cid = cid;
-        CapsuleResp r;
-        fill_capsule_resp(r, cqe, Negotiated{});
-        r.ch.hlen = 20;
-        write_all(fd, &r, sizeof r);
-      },
-      Errc::malformed_pdu);
-}
+namespace {
 
-TEST_CASE("C2HData past the command's buffer fails the pair with malformed_pdu") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        DataHeader d;
-        fill_c2h_data(d, cid, 2048, 4096, true, true, Negotiated{});
-        write_all(fd, &d, sizeof d);
-        std::vector<uint8_t> junk(4096, 0xee);
-        write_all(fd, junk.data(), junk.size());
-      },
-      Errc::malformed_pdu);
-}
+// A controller that answers a read on an established pair with something hostile.
+struct PairFault {
+  const char* what;
+  void (*misbehave)(int fd, uint16_t cid);
+  Errc want;
+};
 
-TEST_CASE("a CapsuleResp for an unknown CID fails the pair with protocol_error") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        Cqe cqe{};
-        cqe.cid = static_cast<uint16_t>(cid + 5);
-        CapsuleResp r;
-        fill_capsule_resp(r, cqe, Negotiated{});
-        write_all(fd, &r, sizeof r);
-      },
-      Errc::protocol_error);
-}
+const PairFault kPairFaults[] = {
+    {"a PDU with a wrong HLEN fails the pair with malformed_pdu",
+     [](int fd, uint16_t cid) {
+       Cqe cqe{};
+       cqe.cid = cid;
+       CapsuleResp r;
+       fill_capsule_resp(r, cqe, Negotiated{});
+       r.ch.hlen = 20;
+       write_all(fd, &r, sizeof r);
+     },
+     Errc::malformed_pdu},
+    {"C2HData past the command's buffer fails the pair with malformed_pdu",
+     [](int fd, uint16_t cid) {
+       DataHeader d;
+       fill_c2h_data(d, cid, 2048, 4096, true, true, Negotiated{});
+       write_all(fd, &d, sizeof d);
+       std::vector<uint8_t> junk(4096, 0xee);
+       write_all(fd, junk.data(), junk.size());
+     },
+     Errc::malformed_pdu},
+    {"a CapsuleResp for an unknown CID fails the pair with protocol_error",
+     [](int fd, uint16_t cid) {
+       Cqe cqe{};
+       cqe.cid = static_cast<uint16_t>(cid + 5);
+       CapsuleResp r;
+       fill_capsule_resp(r, cqe, Negotiated{});
+       write_all(fd, &r, sizeof r);
+     },
+     Errc::protocol_error},
+    {"a C2HTermReq fails the pair with peer_terminated",
+     [](int fd, uint16_t) {
+       TermReq t;
+       fill_term_req(t, PduType::c2h_term_req, Fes::invalid_header_field, 0, 0);
+       write_all(fd, &t, sizeof t);
+     },
+     Errc::peer_terminated},
+    {"an R2T for a read fails the pair with protocol_error",
+     [](int fd, uint16_t cid) {
+       R2t r;
+       fill_r2t(r, cid, 1, 0, 4096, Negotiated{});
+       write_all(fd, &r, sizeof r);
+     },
+     Errc::protocol_error},
+    {"the controller closing the socket fails the pair with connection_closed",
+     [](int fd, uint16_t) { ::shutdown(fd, SHUT_RDWR); }, Errc::connection_closed},
+    {"the controller closing in the middle of a CapsuleResp fails the pair once",
+     [](int fd, uint16_t cid) {
+       Cqe cqe{};
+       cqe.cid = cid;
+       CapsuleResp r;
+       fill_capsule_resp(r, cqe, Negotiated{});
+       write_all(fd, &r, sizeof r / 2);
+       ::shutdown(fd, SHUT_RDWR);
+     },
+     Errc::connection_closed},
+    {"the controller closing in the middle of C2HData fails the pair once",
+     [](int fd, uint16_t cid) {
+       DataHeader d;
+       fill_c2h_data(d, cid, 0, 4096, true, true, Negotiated{});
+       write_all(fd, &d, sizeof d);
+       std::vector<uint8_t> half(2048, 0x5a);
+       write_all(fd, half.data(), half.size());
+       ::shutdown(fd, SHUT_RDWR);
+     },
+     Errc::connection_closed},
+};
 
-TEST_CASE("a C2HTermReq fails the pair with peer_terminated") {
-  expect_failure(
-      [](int fd, uint16_t) {
-        TermReq t;
-        fill_term_req(t, PduType::c2h_term_req, Fes::invalid_header_field, 0, 0);
-        write_all(fd, &t, sizeof t);
-      },
-      Errc::peer_terminated);
-}
+}  // namespace
 
-TEST_CASE("an R2T for a read fails the pair with protocol_error") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        R2t r;
-        fill_r2t(r, cid, 1, 0, 4096, Negotiated{});
-        write_all(fd, &r, sizeof r);
-      },
-      Errc::protocol_error);
-}
-
-TEST_CASE("the controller closing the socket fails the pair with connection_closed") {
-  expect_failure([](int fd, uint16_t) { ::shutdown(fd, SHUT_RDWR); }, Errc::connection_closed);
-}
-
-TEST_CASE("the controller closing in the middle of a CapsuleResp fails the pair once") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        Cqe cqe{};
-        cqe.cid = cid;
-        CapsuleResp r;
-        fill_capsule_resp(r, cqe, Negotiated{});
-        write_all(fd, &r, sizeof r / 2);
-        ::shutdown(fd, SHUT_RDWR);
-      },
-      Errc::connection_closed);
-}
-
-TEST_CASE("the controller closing in the middle of C2HData fails the pair once") {
-  expect_failure(
-      [](int fd, uint16_t cid) {
-        DataHeader d;
-        fill_c2h_data(d, cid, 0, 4096, true, true, Negotiated{});
-        write_all(fd, &d, sizeof d);
-        std::vector<uint8_t> half(2048, 0x5a);
-        write_all(fd, half.data(), half.size());
-        ::shutdown(fd, SHUT_RDWR);
-      },
-      Errc::connection_closed);
+TEST_CASE("a hostile answer on an established pair fails it with the documented error") {
+  const PairFault& f = kPairFaults[GENERATE(range(size_t{0}, std::size(kPairFaults)))];
+  INFO(f.what);
+  expect_failure(f.misbehave, f.want);
 }
 
 TEST_CASE("a good C2HData with SUCCESS completes the read without a CapsuleResp") {
@@ -490,32 +503,7 @@ TEST_CASE("a slow reader with a tiny window still gets every capsule byte in ord
 }
 
 // The post-connect step of the shared Fabrics Connect (fabric/connect.hpp) over the set-up
-// socket: a controller that requires authentication, and the AuthSend/AuthReceive exchange.
-namespace {
-
-void answer_connect_with(int fd, uint32_t dw0) {
-  uint8_t cap[kCapsuleCmdHlen + 1024];
-  REQUIRE(read_exact(fd, cap, sizeof cap));
-  Cqe cqe{};
-  cqe.cid = 0;
-  cqe.dw0 = dw0;
-  CapsuleResp r;
-  fill_capsule_resp(r, cqe, Negotiated{});
-  write_all(fd, &r, sizeof r);
-}
-
-}  // namespace
-
-TEST_CASE("a Connect response that requires authentication fails the set-up without a key") {
-  FakeController fake([](int fd) {
-    answer_icreq(fd);
-    answer_connect_with(fd, kAuthReqAtr | 1);
-  });
-  auto reactor = Reactor::create().value();
-  auto qp = tcp::QueuePair::connect(*reactor, config(fake));
-  REQUIRE_FALSE(qp);
-  CHECK(qp.error() == make_error_code(Errc::authentication_required));
-}
+// socket: the AuthSend/AuthReceive exchange.
 
 TEST_CASE("the authenticator's AuthSend and AuthReceive reach the controller on the set-up socket") {
   const std::vector<uint8_t> msg = {0x10, 0x00, 0x01, 0x02, 0x03, 0x04};  // any bytes

@@ -46,6 +46,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "../common/wait.hpp"
 #include "nvmeof/host.hpp"
 #include "nvmeof/volume.hpp"
 #include "testbed_env.hpp"
@@ -57,7 +58,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using test::env_or;
-using Clock = std::chrono::steady_clock;
 
 constexpr unsigned kReactors = 2;
 constexpr uint32_t kSlots = 8;          // verified loops per namespace
@@ -76,16 +76,7 @@ TransportAddress path_address(int i) {
   return *a;
 }
 
-// Polls `done` (counters and stats snapshots) until it holds or `bound` passes.
-template <class F>
-bool wait_until(F&& done, std::chrono::milliseconds bound) {
-  const auto until = Clock::now() + bound;
-  while (!done()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
+using test::wait_until;
 
 uint64_t region_base(uint32_t nsid) { return (nsid - 1) * kRegionStride; }
 

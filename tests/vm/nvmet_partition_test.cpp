@@ -44,6 +44,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "../common/wait.hpp"
 #include "reactor/reactor.hpp"
 #include "nvmeof/volume.hpp"
 #include "testbed_env.hpp"
@@ -154,17 +155,7 @@ VolumeOptions volume_options(FenceMode fence, SelectorKind selector) {
   return vo;
 }
 
-// Polls the volume's stats until `done` holds or `bound` passes; returns the last snapshot.
-VolumeStats wait_for(const Volume& vol, std::chrono::milliseconds bound,
-                     const std::function<bool(const VolumeStats&)>& done) {
-  const auto until = Clock::now() + bound;
-  VolumeStats st = vol.stats();
-  while (!done(st) && Clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-    st = vol.stats();
-  }
-  return st;
-}
+using test::wait_for;
 
 const FailoverEvent* event_of(const VolumeStats& st, int path) {
   for (const auto& e : st.timeline)
