@@ -88,7 +88,7 @@ struct VolumeOptions {
   /// one); older ones are let go and counted in VolumeStats::timeline_dropped.
   size_t timeline_max = 1024;
 
-  // -- observability (issue 12) --
+  // -- observability: the control socket and the metrics endpoint --
   /// A directory in which the volume publishes its state on a Unix socket (mode 0600) named
   /// `nvmeof-<pid>-<n>.sock`, n numbering this process's volumes from 0; the directory is created
   /// (mode 0700) if absent. Empty (the default): the environment variable NVMEOF_CONTROL_DIR
@@ -159,7 +159,7 @@ struct PathStats {
   uint64_t connect_failures = 0;
   std::string last_connect_error;
   uint16_t cqt_ms = 0;
-  // -- observability (issue 12): what nvmeof-paths and the metrics show per path --
+  // -- observability: what nvmeof-paths and the metrics show per path --
   std::string transport;     ///< "tcp", "rdma", "passthrough"
   std::string traddr;
   std::string trsvcid;
@@ -268,7 +268,7 @@ class Volume {
   /// Paths usable for I/O right now.
   unsigned usable_paths() const noexcept;
 
-  // -- observability (issue 12) --
+  // -- observability: the control socket and the metrics endpoint --
   /// The TCP port of the metrics endpoint (VolumeOptions::metrics_listen), 0 when none.
   uint16_t metrics_port() const noexcept;
   /// The path of this volume's control socket, "" when none.
