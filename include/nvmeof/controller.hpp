@@ -92,8 +92,8 @@ struct ConnectOptions {
   TlsUse tls = TlsUse::when_keyed;
   /// With TLS: after the handshake, hand both directions' record layer to the kernel (kernel
   /// TLS: TCP_ULP "tls") when the kernel offers it, so the reactor moves plaintext as without
-  /// TLS; else (or false, or the environment variable NVMEOF_KTLS=0) the reactor encrypts in
-  /// user space. A kernel that refuses the keys is not asked again by this process.
+  /// TLS; else (or false) the reactor encrypts in user space. A kernel that refuses the keys is
+  /// not asked again by this process.
   bool tls_kernel = true;
 };
 

@@ -63,6 +63,8 @@ struct VolumeOptions {
   /// When >= 0, every reactor's memory goes on this node whatever the placement (to measure the
   /// cost of remote memory).
   int memory_node = kUnknownNode;
+  bool single_issuer = true;             ///< HostOptions::single_issuer
+  bool spin_sockets = true;              ///< HostOptions::spin_sockets
   /// Per-command deadline; 0 derives it from the path's own latency (never above 25 ms).
   std::chrono::microseconds io_deadline{0};
   /// How long an I/O waits when no path is usable (a timer enforces it, not only completions).
