@@ -52,7 +52,7 @@ class KernelEndpoint final : public PathEndpoint {
       if (!qp) return qp.error();
       (*qp)->start();
       return std::unique_ptr<QueuePair>(std::move(*qp));
-    }};
+    }, /*traffic=*/nullptr};  // the kernel keeps this controller alive, not us
   }
   // The kernel host's keep-alive timeout (sysfs, seconds), read once at open.
   uint32_t kato_ms() const noexcept override { return kato_ms_; }
