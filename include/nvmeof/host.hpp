@@ -68,7 +68,8 @@ struct HostOptions {
   bool spin_sockets = true;
   /// "ADDR:PORT" (port 0 picks one): serve the engine's Prometheus metrics over HTTP at /metrics
   /// (nvmeof_host_* and, per controller, nvmeof_controller_*: the figures of stats()). Empty: none.
-  /// Each volume may serve its own (VolumeOptions::metrics_listen).
+  /// Each volume may serve its own (VolumeOptions::metrics_listen). A library built without
+  /// metrics support fails create() with Errc::unsupported when it is set.
   std::string metrics_listen;
 };
 

@@ -103,7 +103,8 @@ struct VolumeOptions {
   /// "ADDR:PORT" (e.g. "127.0.0.1:9464"; port 0 picks one): serve Prometheus metrics of this
   /// volume over HTTP at /metrics (nvmeof_volume_* and nvmeof_path_*; see README). Empty (the
   /// default): none. Collected from the stats() snapshot at each scrape, nothing on the I/O
-  /// path. Volume::open fails with EADDRINUSE or invalid_argument when it cannot listen.
+  /// path. Volume::open fails with EADDRINUSE or invalid_argument when it cannot listen, and with
+  /// Errc::unsupported when the library was built without metrics support.
   std::string metrics_listen;
 };
 

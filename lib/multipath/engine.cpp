@@ -269,7 +269,7 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
   if (!opts.metrics_listen.empty()) {
     // Built at each scrape from one stats() snapshot; ~Impl stops it before anything it reads.
     const Host::Impl* self = impl.get();
-    auto m = MetricsExporter::start(opts.metrics_listen, [self] { return host_families(self->stats()); });
+    auto m = serve_host_metrics(opts.metrics_listen, [self] { return self->stats(); });
     if (!m) return m.error();
     impl->metrics = std::move(*m);
   }
