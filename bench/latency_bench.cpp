@@ -743,12 +743,14 @@ int main(int argc, char** argv) {
     return n;
   };
   // One volume at a time: a busy reactor left running would steal the CPU the others measure on.
-  auto open_volume = [&](nvmeof::PollMode mode, size_t t) -> std::unique_ptr<nvmeof::Volume> {
+  auto open_volume = [&](nvmeof::PollMode mode, size_t t,
+                         bool spin_sockets = true) -> std::unique_ptr<nvmeof::Volume> {
     nvmeof::VolumeOptions vopts;
     vopts.paths = {*nvmeof::TransportAddress::parse(targets[t]->port_address(0))};
     vopts.connect.subnqn = topts.subsystems[0].nqn;
     vopts.reactors = 1;
     vopts.poll = mode;
+    vopts.spin_sockets = spin_sockets;
     if (client_cpu >= 0) vopts.cpus = {client_cpu};
     else vopts.placement = nvmeof::PlacementMode::unpinned;
     // The volume's control thread (keep-alive every KATO / 4) inherits the opener's affinity:
@@ -764,8 +766,9 @@ int main(int argc, char** argv) {
     return std::move(*v);
   };
   // QD`qd` reads on a fresh volume in `mode` for `d`, after a short warm-up.
-  auto run_volume_on = [&](nvmeof::PollMode mode, size_t t, unsigned qd, std::chrono::nanoseconds d, Row& row) {
-    auto v = open_volume(mode, t);
+  auto run_volume_on = [&](nvmeof::PollMode mode, size_t t, unsigned qd, std::chrono::nanoseconds d, Row& row,
+                           bool spin_sockets = true) {
+    auto v = open_volume(mode, t, spin_sockets);
     if (!v) return false;
     ReadLoop loop(*v, qd);
     LatencyHistogram warm;
@@ -783,7 +786,7 @@ int main(int argc, char** argv) {
     return run_volume_on(modes[i % modes.size()], i / modes.size(), qd, d, row);
   };
   // --mechanics: busy and adaptive volumes whose queue pairs stay on the ring for their sockets
-  // while they spin (NVMEOF_SPIN_SOCKETS=ring), against each target, beside the rows that poll
+  // while they spin (VolumeOptions::spin_sockets off), against each target, beside the rows that poll
   // the sockets with non-blocking system calls then (the default).
   struct RingRow {
     nvmeof::PollMode mode;
@@ -919,11 +922,8 @@ int main(int argc, char** argv) {
       if (!run_pingpong(f.client, f.server, slice, f.row)) rc = 1;
     for (size_t i = 0; i < nrows && rc == 0; ++i)
       if (!run_volume(i, 1, slice, qd1[i])) rc = 1;
-    for (size_t k = 0; k < ring_rows.size() && rc == 0; ++k) {
-      ::setenv("NVMEOF_SPIN_SOCKETS", "ring", 1);
-      if (!run_volume_on(ring_rows[k].mode, ring_rows[k].target, 1, slice, ring_rows[k].row)) rc = 1;
-      ::unsetenv("NVMEOF_SPIN_SOCKETS");
-    }
+    for (size_t k = 0; k < ring_rows.size() && rc == 0; ++k)
+      if (!run_volume_on(ring_rows[k].mode, ring_rows[k].target, 1, slice, ring_rows[k].row, false)) rc = 1;
     for (size_t k = 0; k < qprows.size() && rc == 0; ++k)
       if (!run_qp(k, slice, qprows[k])) rc = 1;
     for (Floor& f : floors) f.row.close_round();

@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "bench/fault_target.hpp"
@@ -38,6 +40,19 @@ constexpr auto kSweepTimeout = std::chrono::minutes(10);
 constexpr uint64_t kQuietTickNs = 50'000'000;
 
 uint64_t to_ns(std::chrono::nanoseconds d) { return static_cast<uint64_t>(d.count()); }
+
+bool env_is(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && value == v;
+}
+
+// Switches that compare two set-ups of the library (tests/vm/ktls_test.sh and the benchmark
+// scripts set them); the library itself takes them only as options.
+void apply_environment(VolumeOptions& vo) {
+  if (env_is("NVMEOF_KTLS", "0")) vo.connect.tls_kernel = false;
+  if (env_is("NVMEOF_SINGLE_ISSUER", "0")) vo.single_issuer = false;
+  if (env_is("NVMEOF_SPIN_SOCKETS", "ring")) vo.spin_sockets = false;
+}
 
 void print_error(const char* what, const std::error_code& ec) {
   std::fprintf(stderr, "nvmeof-bench: %s: %s\n", what, ec.message().c_str());
@@ -239,6 +254,7 @@ int main(int argc, char** argv) {
   vo.connect.kato_ms = o.kato_ms;
   vo.control_socket = o.control_dir;
   vo.metrics_listen = o.metrics_listen;
+  apply_environment(vo);
 
   Result<std::unique_ptr<Volume>> opened = Errc::invalid_argument;
   if (!o.discover.empty()) {

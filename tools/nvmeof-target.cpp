@@ -457,8 +457,9 @@ int main(int argc, char** argv) {
   if (!metrics_listen.empty()) {
     auto m = nvmeof::tools::start_target_metrics(**target, opts.ports.size(), metrics_listen);
     if (!m) {
+      const bool unsupported = m.error() == nvmeof::make_error_code(nvmeof::Errc::unsupported);
       std::fprintf(stderr, "nvmeof-target: --metrics-listen %s: %s\n", metrics_listen.c_str(),
-                   m.error().message().c_str());
+                   unsupported ? "built without metrics support" : m.error().message().c_str());
       return 1;
     }
     metrics = std::move(*m);

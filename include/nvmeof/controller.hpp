@@ -1,6 +1,6 @@
 // A connection to one NVMe-oF controller over the user-space NVMe/TCP or NVMe/RDMA transport: the admin
 // queue (owned by the control plane thread) and I/O queue pairs (each owned by a Reactor; those
-// are internal, lib/control/controller_access.hpp: a Volume is the public way to do I/O).
+// are internal to the library: a Volume is the public way to do I/O).
 //
 // Threading: connect(), the admin calls and create_io_queue() may be called from any thread;
 // they block the caller (never a reactor other than the one passed in) up to their timeout.
@@ -92,8 +92,8 @@ struct ConnectOptions {
   TlsUse tls = TlsUse::when_keyed;
   /// With TLS: after the handshake, hand both directions' record layer to the kernel (kernel
   /// TLS: TCP_ULP "tls") when the kernel offers it, so the reactor moves plaintext as without
-  /// TLS; else (or false, or the environment variable NVMEOF_KTLS=0) the reactor encrypts in
-  /// user space. A kernel that refuses the keys is not asked again by this process.
+  /// TLS; else (or false) the reactor encrypts in user space. A kernel that refuses the keys is
+  /// not asked again by this process.
   bool tls_kernel = true;
 };
 
@@ -106,10 +106,10 @@ class ControlPlane {
   ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
-  struct Impl;  ///< internal; defined in lib/control
+  struct Impl;  ///< defined inside the library only
 
  private:
-  friend struct ControllerAccess;  // lib/control/controller_access.hpp
+  friend struct ControllerAccess;  // the library's own access to the internals
   std::unique_ptr<Impl> impl_;
 };
 
@@ -146,7 +146,7 @@ class Controller {
   /// is sent while I/O completes on its queues. Any thread.
   uint64_t keep_alives_sent() const noexcept;
 
-  // I/O queue pairs (create_io_queue, prepare_io_queue) are internal: lib/control/controller_access.hpp.
+  // I/O queue pairs (create_io_queue, prepare_io_queue) are internal to the library.
 
   /// Raw admin command; `data` is read or written per the opcode's direction (copied through a
   /// buffer of the controller's, so a timed-out command never touches the caller's memory).
@@ -187,7 +187,7 @@ class Controller {
   /// Idempotent; any thread.
   void disconnect();
 
-  struct Impl;  ///< internal; defined in lib/control
+  struct Impl;  ///< defined inside the library only
 
  private:
   friend struct ControllerAccess;

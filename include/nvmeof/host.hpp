@@ -57,9 +57,19 @@ struct HostOptions {
   /// (kernel-attached /dev/ngXnY) share it. Volumes with passthrough paths need it; the default
   /// engine of such a volume is made with it.
   bool big_entries = false;
+  /// A polling reactor (busy or adaptive) asks its ring for IORING_SETUP_SINGLE_ISSUER |
+  /// DEFER_TASKRUN (Linux 6.1+; without it the ring comes up as before): completions are taken
+  /// when the reactor looks, never as an interruption. A sleeping reactor never asks. False turns
+  /// it off, to compare the two set-ups.
+  bool single_issuer = true;
+  /// While a reactor spins (always when busy, in its spin windows when adaptive) its NVMe/TCP
+  /// queue pairs read and write their sockets with non-blocking system calls each turn, which is
+  /// what the polling floor does. False keeps them on the ring then too (to compare).
+  bool spin_sockets = true;
   /// "ADDR:PORT" (port 0 picks one): serve the engine's Prometheus metrics over HTTP at /metrics
   /// (nvmeof_host_* and, per controller, nvmeof_controller_*: the figures of stats()). Empty: none.
-  /// Each volume may serve its own (VolumeOptions::metrics_listen).
+  /// Each volume may serve its own (VolumeOptions::metrics_listen). A library built without
+  /// metrics support fails create() with Errc::unsupported when it is set.
   std::string metrics_listen;
 };
 

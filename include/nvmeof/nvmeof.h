@@ -188,7 +188,8 @@ NVMEOF_API void nvmeof_host_options_init(nvmeof_host_options* opts);
  * on it holds another. Any thread. -EINVAL for bad options (reactors 0 or above 256, an unknown
  * enum value, a negative CPU, cpus NULL with ncpus not 0, a struct_size smaller than this
  * header's, a metrics_listen that is not ADDR:PORT); -EADDRINUSE when metrics_listen cannot be
- * bound; io_uring's errno when it is unavailable (-ENOSYS, -EPERM, -ENOMEM); -EAGAIN when a
+ * bound; -EOPNOTSUPP for a metrics_listen when the library was built without metrics support;
+ * io_uring's errno when it is unavailable (-ENOSYS, -EPERM, -ENOMEM); -EAGAIN when a
  * thread cannot be started. A CPU that does not exist or is not allowed leaves its reactor
  * unpinned (logged). */
 NVMEOF_API int nvmeof_host_create(const nvmeof_host_options* opts, nvmeof_host** out);

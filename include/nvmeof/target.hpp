@@ -1,5 +1,5 @@
 // The embedded user-space NVMe/TCP target: the demo's peer, the tests' peer, and a small
-// standalone server (tools/nvmeof-target). Several ports, subsystems with RAM- or file-backed
+// standalone server (the nvmeof-target tool). Several ports, subsystems with RAM- or file-backed
 // namespaces, one ANA group per port, discovery, keep-alive as NVMe TP4129 says (KATO in 100 ms
 // units, restarted by any command on any queue, never paused), a Command Quiesce Time it
 // honours, Cross-Controller Reset (NVMe TP8028), and per-port fault injection.
@@ -329,7 +329,7 @@ class Target {
   Result<void> write_ns(const std::string& nqn, uint32_t nsid, uint64_t offset, const void* buf,
                         size_t len);
 
-  struct Impl;  ///< internal; defined in lib/target
+  struct Impl;  ///< defined inside the library only
 
  private:
   explicit Target(std::unique_ptr<Impl> impl);

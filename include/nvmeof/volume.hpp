@@ -63,6 +63,8 @@ struct VolumeOptions {
   /// When >= 0, every reactor's memory goes on this node whatever the placement (to measure the
   /// cost of remote memory).
   int memory_node = kUnknownNode;
+  bool single_issuer = true;             ///< HostOptions::single_issuer
+  bool spin_sockets = true;              ///< HostOptions::spin_sockets
   /// Per-command deadline; 0 derives it from the path's own latency (never above 25 ms).
   std::chrono::microseconds io_deadline{0};
   /// How long an I/O waits when no path is usable (a timer enforces it, not only completions).
@@ -88,7 +90,7 @@ struct VolumeOptions {
   /// one); older ones are let go and counted in VolumeStats::timeline_dropped.
   size_t timeline_max = 1024;
 
-  // -- observability (issue 12) --
+  // -- observability: the control socket and the metrics endpoint --
   /// A directory in which the volume publishes its state on a Unix socket (mode 0600) named
   /// `nvmeof-<pid>-<n>.sock`, n numbering this process's volumes from 0; the directory is created
   /// (mode 0700) if absent. Empty (the default): the environment variable NVMEOF_CONTROL_DIR
@@ -101,7 +103,8 @@ struct VolumeOptions {
   /// "ADDR:PORT" (e.g. "127.0.0.1:9464"; port 0 picks one): serve Prometheus metrics of this
   /// volume over HTTP at /metrics (nvmeof_volume_* and nvmeof_path_*; see README). Empty (the
   /// default): none. Collected from the stats() snapshot at each scrape, nothing on the I/O
-  /// path. Volume::open fails with EADDRINUSE or invalid_argument when it cannot listen.
+  /// path. Volume::open fails with EADDRINUSE or invalid_argument when it cannot listen, and with
+  /// Errc::unsupported when the library was built without metrics support.
   std::string metrics_listen;
 };
 
@@ -166,7 +169,7 @@ struct PathStats {
   /// in for CQT), "kernel" (a kernel path), "" before the first connect.
   uint32_t write_fence_ms = 0;
   std::string write_fence_rule;
-  // -- observability (issue 12): what nvmeof-paths and the metrics show per path --
+  // -- observability: what nvmeof-paths and the metrics show per path --
   std::string transport;     ///< "tcp", "rdma", "passthrough"
   std::string traddr;
   std::string trsvcid;
@@ -275,7 +278,7 @@ class Volume {
   /// Paths usable for I/O right now.
   unsigned usable_paths() const noexcept;
 
-  // -- observability (issue 12) --
+  // -- observability: the control socket and the metrics endpoint --
   /// The TCP port of the metrics endpoint (VolumeOptions::metrics_listen), 0 when none.
   uint16_t metrics_port() const noexcept;
   /// The path of this volume's control socket, "" when none.

@@ -54,7 +54,7 @@ class KernelEndpoint final : public PathEndpoint {
       (*qp)->start();
       return std::unique_ptr<QueuePair>(std::move(*qp));
     };
-    return q;
+    return q;  // no traffic counter: the kernel keeps this controller alive, not us
   }
   // The kernel host's keep-alive timeout (sysfs, seconds), read once at open.
   uint32_t kato_ms() const noexcept override { return kato_ms_; }

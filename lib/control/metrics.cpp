@@ -1,4 +1,4 @@
-#include "control/metrics.hpp"
+#include "control/metrics_families.hpp"
 
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
@@ -23,7 +23,7 @@ constexpr double kFailoverBounds[] = {1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 1
 
 class CallbackCollectable final : public prometheus::Collectable {
  public:
-  explicit CallbackCollectable(MetricsExporter::Collect c) : collect_(std::move(c)) {}
+  explicit CallbackCollectable(MetricsCollect c) : collect_(std::move(c)) {}
   std::vector<MetricFamily> Collect() const override {
     try {
       return collect_();
@@ -33,7 +33,7 @@ class CallbackCollectable final : public prometheus::Collectable {
   }
 
  private:
-  MetricsExporter::Collect collect_;
+  MetricsCollect collect_;
 };
 
 ClientMetric::Label label(std::string n, std::string v) { return {std::move(n), std::move(v)}; }
@@ -58,28 +58,44 @@ struct MetricsExporter::Impl {
   std::unique_ptr<prometheus::Exposer> exposer;
 };
 
-Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& listen, Collect collect) {
+Result<std::unique_ptr<MetricsExporter>> serve_metrics(const std::string& listen, MetricsCollect collect) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size() ||
       listen.find_first_not_of("0123456789", colon + 1) != std::string::npos)
     return Errc::invalid_argument;
-  std::unique_ptr<MetricsExporter> m(new MetricsExporter());
-  m->impl_ = std::make_unique<Impl>();
-  m->impl_->collectable = std::make_shared<CallbackCollectable>(std::move(collect));
+  auto impl = std::make_unique<MetricsExporter::Impl>();
+  impl->collectable = std::make_shared<CallbackCollectable>(std::move(collect));
   try {
     // Two HTTP threads: scrapes are rare and each builds its families from one snapshot, but
     // civetweb is known to misbehave with a single worker (a second client, e.g. curl beside
     // Prometheus, waits on the first) and recommends more than one.
-    m->impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+    impl->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
   } catch (const std::exception&) {
     return errno_code(EADDRINUSE);
   }
-  const auto ports = m->impl_->exposer->GetListeningPorts();
+  const auto ports = impl->exposer->GetListeningPorts();
   if (ports.empty()) return errno_code(EADDRINUSE);
-  m->port_ = static_cast<uint16_t>(ports.front());
-  m->impl_->exposer->RegisterCollectable(m->impl_->collectable);
-  return m;
+  const auto port = static_cast<uint16_t>(ports.front());
+  impl->exposer->RegisterCollectable(impl->collectable);
+  return std::make_unique<MetricsExporter>(std::move(impl), port);
 }
+
+Result<std::unique_ptr<MetricsExporter>> serve_volume_metrics(const std::string& listen, std::string volume,
+                                                              std::function<VolumeStats(LatencyHistogram&)> snapshot) {
+  return serve_metrics(listen, [volume = std::move(volume), snapshot = std::move(snapshot)] {
+    LatencyHistogram all;
+    const VolumeStats s = snapshot(all);
+    return volume_families(volume, s, all);
+  });
+}
+
+Result<std::unique_ptr<MetricsExporter>> serve_host_metrics(const std::string& listen,
+                                                            std::function<HostStats()> snapshot) {
+  return serve_metrics(listen, [snapshot = std::move(snapshot)] { return host_families(snapshot()); });
+}
+
+MetricsExporter::MetricsExporter(std::unique_ptr<Impl> impl, uint16_t port) noexcept
+    : impl_(std::move(impl)), port_(port) {}
 
 MetricsExporter::~MetricsExporter() {
   if (impl_ && impl_->exposer) impl_->exposer->RemoveCollectable(impl_->collectable);

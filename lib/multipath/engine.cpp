@@ -6,11 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <string_view>
 #include <system_error>
 #include <tuple>
 
@@ -67,14 +65,7 @@ Result<void> EngineReactor::start() {
     ro.big_entries = opts_.big_entries;
     // A polling reactor takes its completions when it looks, never as an interruption. The ring
     // is made here, on the reactor thread, the only one that submits to it (others post).
-    // NVMEOF_SINGLE_ISSUER=0 turns it off (to compare the two set-ups).
-    const char* si = std::getenv("NVMEOF_SINGLE_ISSUER");
-    ro.single_issuer = opts_.poll != PollMode::sleep && !(si && std::string_view(si) == "0");
-    // While a reactor spins (always when busy, in its spin windows when adaptive) its TCP queue
-    // pairs read and write their sockets with non-blocking system calls each turn, which is what
-    // the polling floor does; NVMEOF_SPIN_SOCKETS=ring keeps them on the ring (to compare).
-    const char* ss = std::getenv("NVMEOF_SPIN_SOCKETS");
-    spin_sockets_ = !(ss && std::string_view(ss) == "ring");
+    ro.single_issuer = opts_.poll != PollMode::sleep && opts_.single_issuer;
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());
@@ -189,7 +180,7 @@ void EngineReactor::run_adaptive() {
       if (budget && governor.may_spin(now)) {
         spin_until = now + budget;
         spinning_.store(true, std::memory_order_relaxed);
-        reactor_->set_spinning(spin_sockets_);
+        reactor_->set_spinning(opts_.spin_sockets);
         governor.turn_end(Reactor::clock_ns());
       }
     }
@@ -200,7 +191,7 @@ void EngineReactor::run() {
   switch (opts_.poll) {
     case PollMode::busy:
       spinning_.store(true, std::memory_order_relaxed);
-      reactor_->set_spinning(spin_sockets_);
+      reactor_->set_spinning(opts_.spin_sockets);
       while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
       break;
     case PollMode::adaptive:
@@ -239,9 +230,9 @@ Registry& registry() {
 
 bool same_options(const HostOptions& a, const HostOptions& b) {
   return std::tie(a.reactors, a.poll, a.placement, a.cpus, a.sysfs_root, a.memory_node, a.big_entries,
-                  a.metrics_listen) ==
+                  a.single_issuer, a.spin_sockets, a.metrics_listen) ==
          std::tie(b.reactors, b.poll, b.placement, b.cpus, b.sysfs_root, b.memory_node, b.big_entries,
-                  b.metrics_listen);
+                  b.single_issuer, b.spin_sockets, b.metrics_listen);
 }
 
 }  // namespace
@@ -278,7 +269,7 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
   if (!opts.metrics_listen.empty()) {
     // Built at each scrape from one stats() snapshot; ~Impl stops it before anything it reads.
     const Host::Impl* self = impl.get();
-    auto m = MetricsExporter::start(opts.metrics_listen, [self] { return host_families(self->stats()); });
+    auto m = serve_host_metrics(opts.metrics_listen, [self] { return self->stats(); });
     if (!m) return m.error();
     impl->metrics = std::move(*m);
   }

@@ -74,7 +74,6 @@ class EngineReactor {
   std::vector<Lane*> lanes_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> spinning_{false};
-  bool spin_sockets_ = true;
   clockid_t cpu_clock_{};
   std::atomic<bool> cpu_clock_ok_{false};
 };

@@ -787,6 +787,8 @@ HostOptions engine_options_of(const VolumeOptions& opts) {
   h.cpus = opts.cpus;
   h.sysfs_root = opts.sysfs_root;
   h.memory_node = opts.memory_node;
+  h.single_issuer = opts.single_issuer;
+  h.spin_sockets = opts.spin_sockets;
   for (const auto& a : opts.paths) h.big_entries |= a.transport == Transport::passthrough;
   return h;
 }

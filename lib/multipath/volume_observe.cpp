@@ -49,11 +49,8 @@ Result<void> VolumeImpl::start_observers() {
   serial_ = g_next_serial.fetch_add(1);
   if (!opts_.metrics_listen.empty()) {
     const std::string name = "nvmeof-" + std::to_string(::getpid()) + "-" + std::to_string(serial_);
-    auto m = MetricsExporter::start(opts_.metrics_listen, [this, name] {
-      LatencyHistogram all;
-      const VolumeStats s = collect_stats(&all);
-      return volume_families(name, s, all);
-    });
+    auto m = serve_volume_metrics(opts_.metrics_listen, name,
+                                  [this](LatencyHistogram& all) { return collect_stats(&all); });
     if (!m) return m.error();
     metrics_ = std::move(*m);
   }

@@ -166,7 +166,7 @@ class Host:
     nodes when cpus is None; memory on the reactor's node) or "unpinned".
     metrics_listen: "ADDR:PORT" (port 0 picks one) serves the engine's Prometheus metrics at
     /metrics (nvmeof_host_*, and nvmeof_controller_* once per controller); `metrics_port` is the
-    port bound.
+    port bound. A library built without metrics support raises OSError (EOPNOTSUPP) for it.
 
     close() gives back this handle's reference: volumes opened on the host keep it running, and
     its threads stop when the last of them closes. Usable as a context manager.

@@ -12,6 +12,8 @@
 #    against the installed nvmeof-target tool on loopback (two paths) and verifies its data; then
 #    tests/install/consumer.c the same way with `cc`, if that file exists (the C API's consumer:
 #    called as `consumer-c NQN ADDR:PORT [ADDR:PORT...]`, exit status 0 on success);
+#    then both again linked against the installed libnvmeof.a through
+#    `pkg-config --static --libs nvmeof` alone (nvmeof.pc names every private dependency), and run;
 # 6. a meson project that takes nvmeof as a subproject
 #    (dependency('nvmeof', fallback : ['nvmeof', 'nvmeof_dep'])) configures.
 set -euo pipefail
@@ -158,6 +160,29 @@ if [ -f "$here/consumer.c" ]; then
   "$work/consumer-c" "$nqn" $addrs || fail "the C consumer failed"
 else
   echo "(no tests/install/consumer.c: no C consumer yet)"
+fi
+
+# A consumer linked against libnvmeof.a with what `pkg-config --static --libs nvmeof` gives: the
+# static library is named where pkg-config says -lnvmeof (the linker would take the .so beside
+# it), everything after it must come from nvmeof.pc's private fields.
+static_consumer() {  # static_consumer COMPILER SOURCE OUTPUT [FLAGS...]
+  local compiler=$1 source=$2 out=$3
+  shift 3
+  local libs=() w
+  for w in $(pkg-config --static --libs nvmeof); do
+    if [ "$w" = -lnvmeof ]; then libs+=("-l:libnvmeof.a"); else libs+=("$w"); fi
+  done
+  step "static: $compiler $(basename "$source") \$(pkg-config --static --libs nvmeof), libnvmeof.a"
+  # shellcheck disable=SC2046
+  "$compiler" "$@" -Wall -Wextra -Werror -o "$out" "$source" $(pkg-config --cflags nvmeof) "${libs[@]}" ||
+    fail "$(basename "$source") does not link statically with: ${libs[*]}"
+  if ldd "$out" | grep libnvmeof >/dev/null; then fail "$(basename "$out") loads a shared libnvmeof"; fi
+  # shellcheck disable=SC2086
+  "$out" "$nqn" $addrs || fail "the statically linked $(basename "$source") failed"
+}
+static_consumer c++ "$here/consumer.cpp" "$work/consumer-static" -std=c++20
+if [ -f "$here/consumer.c" ]; then
+  static_consumer cc "$here/consumer.c" "$work/consumer-c-static"
 fi
 
 step "as a meson subproject"

@@ -155,6 +155,17 @@ TEST_CASE("Volume::open shares the process's engine between volumes of the same 
   auto ha = Host::shared(same);
   REQUIRE(ha);
   CHECK((*ha)->stats().volumes == 2);
+  // The ring set-up and the spinning sockets are the engine's: asking for another is another engine.
+  using Flip = void (*)(HostOptions&);
+  for (Flip flip : {Flip{[](HostOptions& o) { o.single_issuer = false; }},
+                    Flip{[](HostOptions& o) { o.spin_sockets = false; }}}) {
+    HostOptions other = same;
+    flip(other);
+    auto ho = Host::shared(other);
+    REQUIRE(ho);
+    CHECK(ho->get() != ha->get());
+    CHECK((*ho)->stats().volumes == 0);
+  }
 }
 
 TEST_CASE("volumes of one subsystem share its controllers: a second namespace opens no connection",

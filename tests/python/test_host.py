@@ -9,6 +9,8 @@ import nvmeof
 from nvmeof import _testing
 
 BS = 4096
+# "0" when the library is built without metrics support (meson sets it from -Dmetrics).
+METRICS = os.environ.get("NVMEOF_TEST_METRICS", "1") != "0"
 
 
 def pattern(n, seed):
@@ -170,6 +172,15 @@ def test_fork(target2):
     h.close()
 
 
+@pytest.mark.skipif(METRICS, reason="the library is built with metrics support")
+def test_host_metrics_unsupported():
+    """A library built without metrics support refuses an endpoint with EOPNOTSUPP."""
+    with pytest.raises(OSError) as e:
+        nvmeof.Host(metrics_listen="127.0.0.1:0")
+    assert e.value.errno == errno.EOPNOTSUPP
+
+
+@pytest.mark.skipif(not METRICS, reason="the library is built without metrics support")
 def test_host_metrics_one_sample_per_controller(target2):
     """Host(metrics_listen=...) serves the engine's Prometheus metrics: two volumes of one
     subsystem over two paths show two controllers, each with both volumes on it."""

@@ -1,10 +1,12 @@
 #include "target/target_metrics.hpp"
 
+#include "control/metrics_families.hpp"
+
 namespace nvmeof::tools {
 
 Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target& t, size_t ports,
                                                                       const std::string& listen) {
-  return detail::MetricsExporter::start(listen, [&t, ports] {
+  return detail::serve_metrics(listen, [&t, ports] {
     using prometheus::MetricType;
     struct Def {
       const char* name;

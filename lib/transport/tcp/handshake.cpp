@@ -487,11 +487,7 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
   if (cfg.tls) {
     // Kernel TLS is tried until a kernel refuses it once: then user space for this process.
     static std::atomic<bool> kernel_refused{false};
-    static const bool env_off = [] {
-      const char* e = std::getenv("NVMEOF_KTLS");
-      return e != nullptr && std::strcmp(e, "0") == 0;
-    }();
-    const bool want_kernel = cfg.ktls && !env_off && !kernel_refused.load(std::memory_order_relaxed);
+    const bool want_kernel = cfg.ktls && !kernel_refused.load(std::memory_order_relaxed);
     std::string why;
     if (auto ec = wire.start_tls(*cfg.tls, want_kernel, deadline, why)) return logged(label, ec, why);
     if (want_kernel) {
