@@ -7,7 +7,7 @@
 // at least one path the volume reports live and usable is never faulted. At the end every path is
 // healed, the whole working set is read back and checked, and the report gives errors,
 // mismatches, the longest read inside and outside the all-down windows (the goal figure is the
-// one outside), a histogram of slow reads, the process RSS (and the heap) and open descriptors
+// one outside), a histogram of slow reads, the process RSS (and the heap), open descriptors and threads
 // over the run with the load average beside them.
 // Every wait has a timeout; one that expires names what it waited for and lists what was still in
 // flight. Run by bench/soak.sh; exits 1 on errors, mismatches or I/O that never finished.
@@ -55,13 +55,18 @@ constexpr const char* kChaosNames[kChaosKinds] = {"reset",        "partition", "
                                                   "ana_change",   "slow",      "fail_status",
                                                   "all_down"};
 
-uint64_t rss_kib(const std::string& status = "/proc/self/status") {
+// One numeric field of /proc/<pid>/status ("VmRSS:" in KiB, "Threads:").
+uint64_t status_field(const char* field, const std::string& status = "/proc/self/status") {
   std::ifstream f(status);
   std::string line;
+  const size_t len = std::strlen(field);
   while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(len));
   return 0;
 }
+
+uint64_t rss_kib(const std::string& status = "/proc/self/status") { return status_field("VmRSS:", status); }
+unsigned thread_count() { return static_cast<unsigned>(status_field("Threads:")); }
 
 unsigned open_fds() {
   unsigned n = 0;
@@ -86,12 +91,14 @@ struct Sample {
   uint64_t heap_kib = 0;   ///< malloc: bytes in use (all arenas and mmapped chunks)
   uint64_t arena_kib = 0;  ///< malloc: bytes it holds from the system
   unsigned fds = 0;
+  unsigned threads = 0;  ///< the process's threads (the soak's own workers included)
   double load = 0;
 };
 
 Sample sample(double at_s) {
   const struct mallinfo2 mi = ::mallinfo2();
-  return {at_s, rss_kib(), (mi.uordblks + mi.hblkhd) / 1024, (mi.arena + mi.hblkhd) / 1024, open_fds(), load_1min()};
+  return {at_s, rss_kib(), (mi.uordblks + mi.hblkhd) / 1024, (mi.arena + mi.hblkhd) / 1024, open_fds(),
+          thread_count(), load_1min()};
 }
 
 void dump_malloc_info(const std::string& path) {
@@ -1081,9 +1088,10 @@ int main(int argc, char** argv) {
             warm_dumped = true;
           }
           if (samples.size() % 6 == 1)  // once a minute
-            std::fprintf(stderr, "nvmeof-soak: %.0f s: RSS %llu KiB, heap %llu KiB, %u fds, load %.2f, %u I/Os active\n",
+            std::fprintf(stderr, "nvmeof-soak: %.0f s: RSS %llu KiB, heap %llu KiB, %u fds, %u threads, load %.2f, "
+                         "%u I/Os active\n",
                          s.at_s, static_cast<unsigned long long>(s.rss_kib), static_cast<unsigned long long>(s.heap_kib),
-                         s.fds, s.load, work.active());
+                         s.fds, s.threads, s.load, work.active());
           next_sample += kSampleNs;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -1234,8 +1242,10 @@ int main(int argc, char** argv) {
 
   // RSS trend: after a warm-up (a quarter of the run, at most 5 min) against the end.
   uint64_t rss_min = ~0ull, rss_max = 0;
-  unsigned fd_min = ~0u, fd_max = 0;
+  unsigned fd_min = ~0u, fd_max = 0, th_min = ~0u, th_max = 0;
   for (const Sample& s : samples) {
+    th_min = std::min(th_min, s.threads);
+    th_max = std::max(th_max, s.threads);
     rss_min = std::min(rss_min, s.rss_kib);
     rss_max = std::max(rss_max, s.rss_kib);
     fd_min = std::min(fd_min, s.fds);
@@ -1279,17 +1289,22 @@ int main(int argc, char** argv) {
                 "measures the host alone)\n");
   std::printf("descriptors: launch %u, start %u, after warm-up %u, end %u (min %u, max %u)\n", at_launch.fds,
               samples.front().fds, warm->fds, last.fds, fd_min, fd_max);
+  std::printf("threads (the process's, the soak's own included): launch %u, start %u, after warm-up %u, end %u "
+              "(min %u, max %u)\n",
+              at_launch.threads, samples.front().threads, warm->threads, last.threads, th_min, th_max);
   // Once a minute: what the machine's load and the process looked like, and the stalls then.
-  std::printf("timeline (s, load 1 min, RSS KiB, heap KiB, fds, stalls outside windows in the minute):\n");
+  std::printf("timeline (s, load 1 min, RSS KiB, heap KiB, fds, threads, stalls outside windows in the minute):\n");
   for (size_t i = 0; i < samples.size(); i += 6) {
     uint64_t n = 0;
     for (size_t b = i; b < i + 6 && b < timed.stall_bins.size(); ++b) n += timed.stall_bins[b];
     const Sample& s = samples[i];
-    std::printf("  %6.0f %6.2f %8llu %8llu %4u %6llu\n", s.at_s, s.load, static_cast<unsigned long long>(s.rss_kib),
-                static_cast<unsigned long long>(s.heap_kib), s.fds, static_cast<unsigned long long>(n));
+    std::printf("  %6.0f %6.2f %8llu %8llu %4u %4u %6llu\n", s.at_s, s.load,
+                static_cast<unsigned long long>(s.rss_kib), static_cast<unsigned long long>(s.heap_kib), s.fds,
+                s.threads, static_cast<unsigned long long>(n));
   }
-  std::printf("  %6.0f %6.2f %8llu %8llu %4u (end)\n", last.at_s, last.load,
-              static_cast<unsigned long long>(last.rss_kib), static_cast<unsigned long long>(last.heap_kib), last.fds);
+  std::printf("  %6.0f %6.2f %8llu %8llu %4u %4u (end)\n", last.at_s, last.load,
+              static_cast<unsigned long long>(last.rss_kib), static_cast<unsigned long long>(last.heap_kib), last.fds,
+              last.threads);
   for (size_t i = 0; i < stats.size(); ++i) {
     const VolumeStats& st = stats[i];
     std::printf("volume %zu: %zu failover events kept, %llu older let go; paths:", i, st.timeline.size(),
