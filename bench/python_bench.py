@@ -2,7 +2,9 @@
 """The Python package against the C++ forms, one nvmeof-target process, alternating rounds:
 
   * pread 4 KiB at QD1 (Python, GIL released while waiting) vs `co_await volume.read` (coro_qd1)
-  * 4 KiB random reads at QD 32: Python batches (submit_batch + the eventfd) vs nvmeof-bench
+  * 4 KiB random reads at QD 32: Python with a Ring (arrays in, arrays out, no Python object
+    per I/O), Python with futures (read_batch + poll) and nvmeof-bench
+  * the data loader example (examples/dataloader.py) over the same target: samples/s
 
     PYTHONPATH=build/python python3 bench/python_bench.py build [--rounds 3]
 """
@@ -15,6 +17,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 import nvmeof
 
@@ -70,6 +74,48 @@ def py_qd32(vol, seconds):
     return done / dt
 
 
+def py_ring_qd32(vol, seconds):
+    """32 reads in flight through a Ring: each pass reaps what finished and restarts those
+    slots at new random offsets, two calls per pass whatever the batch."""
+    rng = np.random.default_rng(1)
+    blocks = min(vol.size // BS, 1 << 18)
+    ring = vol.ring(nvmeof.alloc(32 * BS), BS)
+    slots = np.empty(32, np.uint64)
+    status = np.empty(32, np.uint16)
+    ring.read(np.arange(32, dtype=np.uint64), rng.integers(0, blocks, 32, dtype=np.uint64) * BS)
+    inflight = 32
+    done = 0
+    t0 = time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        n = ring.reap(slots, status, timeout=1.0)
+        if status[:n].any():
+            raise RuntimeError(f"ring read failed: {nvmeof.status_str(int(status[:n].max()))}")
+        done += n
+        started = ring.read(slots[:n], rng.integers(0, blocks, n, dtype=np.uint64) * BS)
+        inflight += started - n
+        if started != n:
+            raise RuntimeError("the volume refused ring reads with 32 in flight")
+    dt = time.perf_counter() - t0
+    while inflight:
+        inflight -= ring.reap(slots, status, timeout=10.0)
+    return done / dt
+
+
+def dataloader_rate(addr, batched, workers=2):
+    """Samples/s of the data loader example (16 KiB records, verified) on this target, or None
+    when torch is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "dataloader.py")
+    out = subprocess.run([sys.executable, ex, "--paths", addr, "--nqn", NQN, "--io-deadline", "2",
+                          "--workers", str(workers)] + (["--batched"] if batched else []), check=True, capture_output=True, text=True).stdout
+    m = re.search(r"([0-9]+) samples/s", out)
+    return float(m.group(1)) if m else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -79,7 +125,7 @@ def main():
     a = ap.parse_args()
     target, addr = start_target(a.build)
     try:
-        py1, cpp1, py32, cpp32 = [], [], [], []
+        py1, cpp1, py32, ring32, cpp32 = [], [], [], [], []
         for _ in range(a.rounds):
             with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
                 py1.append(py_qd1(vol, a.count))
@@ -89,6 +135,8 @@ def main():
             cpp1.append((j["mean_us"], j["p50_us"]))
             with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
                 py32.append(py_qd32(vol, a.seconds))
+            with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
+                ring32.append(py_ring_qd32(vol, a.seconds))
             out = subprocess.run([os.path.join(a.build, "tools", "nvmeof-bench"), "--target", addr,
                                   "--nqn", NQN, "--rw", "randread", "--bs", "4k", "--iodepth", "32",
                                   "--runtime", f"{int(a.seconds * 1000)}ms", "--io-deadline", "2s",
@@ -100,9 +148,17 @@ def main():
         print(f"QD1 4 KiB read: Python pread mean {p_mean:.1f} us (p50 {p_p50:.1f}), "
               f"C++ co_await mean {c_mean:.1f} us (p50 {c_p50:.1f}); ratio {p_mean / c_mean:.2f}x "
               f"(p50 {p_p50 / c_p50:.2f}x)")
-        print(f"QD32 4 KiB randread: Python batches {med(py32):.0f} IOPS, nvmeof-bench {med(cpp32):.0f} IOPS; "
-              f"ratio {med(py32) / med(cpp32):.2f}")
-        print(f"rounds: py_qd1 {py1} cpp_qd1 {cpp1} py_qd32 {[round(x) for x in py32]} cpp_qd32 {cpp32}")
+        print(f"QD32 4 KiB randread: Python Ring {med(ring32):.0f} IOPS, Python futures {med(py32):.0f} IOPS, "
+              f"nvmeof-bench {med(cpp32):.0f} IOPS; ratios Ring {med(ring32) / med(cpp32):.2f}, "
+              f"futures {med(py32) / med(cpp32):.2f} (each the median of per-round ratios: "
+              f"{med(r / c for r, c in zip(ring32, cpp32)):.2f}, {med(p / c for p, c in zip(py32, cpp32)):.2f})")
+        print(f"rounds: py_qd1 {py1} cpp_qd1 {cpp1} ring_qd32 {[round(x) for x in ring32]} "
+              f"py_qd32 {[round(x) for x in py32]} cpp_qd32 {cpp32}")
+        for batched in (False, True):
+            rate = dataloader_rate(addr, batched)
+            if rate is not None:
+                print(f"data loader example (2 workers, 16 KiB records, verified, "
+                      f"{'batches through a Ring' if batched else 'one pread per sample'}): {rate:.0f} samples/s")
     finally:
         target.terminate()
         target.wait()

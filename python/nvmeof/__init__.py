@@ -8,6 +8,9 @@
         fut = vol.submit_read(buf, 4096)               # asynchronous
         fut.result()
         await vol.read(buf, 0)                         # from asyncio
+        ring = vol.ring(nvmeof.alloc(32 * 4096), 4096)  # batches, no Python object per I/O
+        ring.read(np.arange(32), offsets)              # one call starts 32 reads
+        n = ring.reap(slots_out, status_out, timeout=1.0)
 
 Offsets and lengths are bytes, multiples of `vol.block_size`. Buffers are any contiguous
 buffer-protocol object (bytearray, memoryview, numpy array, CPU torch tensor).
@@ -39,7 +42,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from . import _core
 
-__all__ = ["Host", "Volume", "Future", "NvmeError", "ForkedVolumeError", "alloc", "status_str"]
+__all__ = ["Host", "Volume", "Future", "Ring", "NvmeError", "ForkedVolumeError", "alloc", "status_str"]
 
 _log = logging.getLogger("nvmeof")
 _LEVELS = {3: logging.ERROR, 4: logging.WARNING, 6: logging.INFO}
@@ -320,6 +323,9 @@ class Volume:
         self.queue_depth: int = queue_depth
         self._efd = self._v.event_fd
         self._pending = {}          # cookie -> (future, buffer view kept alive)
+        self._rings = {}            # ring tag -> Ring (held while the volume is open: its buffer
+                                    # must outlive the ring's I/O in flight)
+        self._next_ring = 0
         self._next_cookie = 1
         self._lock = threading.RLock()  # a done callback may submit more I/O
         self._loops = set()         # asyncio loops with a reader on the eventfd
@@ -501,9 +507,23 @@ class Volume:
     def _dispatch(self, events) -> int:
         pend = self._pending
         for cookie, status in events:
+            if cookie >= _RING_TAG_BIT:  # a ring's I/O: kept for that ring's reap()
+                self._rings[cookie & ~0xFFFFFFFF]._stash.append((cookie & 0xFFFFFFFF, status))
+                continue
             fut, _ = pend.pop(cookie)
             fut._complete(status)
         return len(events)
+
+    def ring(self, buffer, slot_bytes: int) -> "Ring":
+        """A Ring over `buffer` cut into slots of `slot_bytes`: batched I/O without a Python
+        object per I/O (see Ring)."""
+        self._core()
+        with self._lock:
+            rid = self._next_ring
+            self._next_ring += 1
+            r = Ring(self, buffer, slot_bytes, rid)
+            self._rings[r._r.tag] = r
+            return r
 
     def drain(self) -> int:
         """Completes every finished I/O's future (never blocks); returns how many."""
@@ -584,3 +604,78 @@ class Volume:
         if self._v is None:
             return "<nvmeof.Volume closed>"
         return f"<nvmeof.Volume {self.size} bytes, {self.block_size}-byte blocks>"
+
+
+_RING_TAG_BIT = 1 << 63
+
+
+class Ring:
+    """Batched reads and writes without a Python object per I/O, for loops that keep many I/Os
+    in flight (data loaders, KV-cache tiers). Made by `Volume.ring(buffer, slot_bytes)`: the
+    buffer (e.g. `nvmeof.alloc(n * slot_bytes)` or a numpy array) is cut into `slots` slots of
+    `slot_bytes` bytes, each I/O moves one whole slot.
+
+        ring = vol.ring(nvmeof.alloc(32 * 4096), 4096)
+        slots_out = np.empty(32, np.uint64); status_out = np.empty(32, np.uint16)
+        ring.read(np.arange(32), offsets)                 # starts up to 32 reads in one call
+        n = ring.reap(slots_out, status_out, timeout=1.0)  # the slots that finished, statuses
+        # slots_out[:n] may be reused at once: ring.read(slots_out[:n], new_offsets)
+
+    read()/write() take arrays (or sequences) of slot numbers and byte offsets and return how
+    many started: fewer than given when every I/O slot of the volume is busy (reap, then start
+    the rest). reap() fills the caller's arrays (numpy uint64 and uint16) and returns how many;
+    a status is an NVMe status (0: success, see nvmeof.status_str). A slot must not be given to
+    a new I/O before its previous one was reaped. Rings and futures may share a volume.
+    """
+
+    def __init__(self, vol: "Volume", buffer, slot_bytes: int, rid: int):
+        self._vol = vol
+        self._buffer = buffer  # the object itself, alive while I/O may land in it
+        self._r = _core.Ring(vol._v, buffer, slot_bytes, rid)
+        self.slots: int = self._r.slots
+        self.slot_bytes: int = self._r.slot_bytes
+        self._stash = []  # (slot, status) reaped on the volume's other paths (futures, poll)
+
+    def read(self, slots, offsets) -> int:
+        """Starts a read of each slot slots[i] from byte offset offsets[i]; returns how many
+        started."""
+        self._vol._core()
+        with self._vol._lock:
+            return self._r.submit(_core.OP_READ, slots, offsets)
+
+    def write(self, slots, offsets) -> int:
+        """Starts a write of each slot slots[i] to byte offset offsets[i]; returns how many
+        started."""
+        self._vol._core()
+        with self._vol._lock:
+            return self._r.submit(_core.OP_WRITE, slots, offsets)
+
+    def reap(self, slots_out, status_out, timeout: Optional[float] = 0.0) -> int:
+        """Moves finished I/Os into slots_out / status_out (numpy uint64 / uint16 arrays);
+        returns how many. Waits up to `timeout` seconds when none has finished (0: never waits,
+        None: until one does)."""
+        vol = self._vol
+        vol._core()
+        with vol._lock:
+            n = self._reap_locked(slots_out, status_out)
+            if n == 0 and timeout != 0:
+                r, _, _ = select.select([vol._efd], [], [], timeout)
+                if r:
+                    n = self._reap_locked(slots_out, status_out)
+            return n
+
+    def _reap_locked(self, slots_out, status_out) -> int:
+        n = 0
+        cap = min(len(slots_out), len(status_out))
+        if self._stash:
+            k = min(cap, len(self._stash))
+            for i in range(k):
+                slots_out[i], status_out[i] = self._stash[i]
+            del self._stash[:k]
+            n = k
+        if n < cap:
+            others = []
+            n += self._r.reap(slots_out[n:], status_out[n:], others)
+            if others:
+                self._vol._dispatch(others)
+        return n

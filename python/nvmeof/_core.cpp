@@ -3,11 +3,13 @@
 //
 // Every call that may wait on a library thread (open, close, the blocking reads and writes,
 // stats) releases the GIL: a library thread may be logging, and the log handler needs the GIL.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -288,6 +290,118 @@ class PyVolume {
   uint64_t size_ = 0;
 };
 
+// Batched I/O without a Python object per I/O (nvmeof.Ring): the caller's buffer is cut into
+// equal slots; one call starts many reads or writes given as arrays of slot numbers and byte
+// offsets, and one call moves finished slots and their statuses into arrays the caller owns.
+// Each I/O's cookie is the ring's tag with the slot number below it, so the ring's completions
+// and the futures' share the volume's one completion queue: events that are not this ring's go
+// back to the caller (the Python side completes their futures).
+class PyRing {
+ public:
+  static constexpr uint64_t kTagBit = 1ull << 63;
+
+  PyRing(PyVolume& vol, const py::buffer& buffer, uint64_t slot_bytes, uint32_t id)
+      : vol_(vol), tag_(kTagBit | (static_cast<uint64_t>(id) << 32)) {
+    const uint32_t bs = vol.block_size();
+    if (slot_bytes == 0 || slot_bytes % bs)
+      throw py::value_error("nvmeof.Ring: slot_bytes " + std::to_string(slot_bytes) +
+                            " is not a positive multiple of the block size " + std::to_string(bs));
+    if (PyObject_GetBuffer(buffer.ptr(), &view_, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0)
+      throw py::error_already_set();
+    base_ = static_cast<char*>(view_.buf);
+    slot_bytes_ = slot_bytes;
+    slots_ = static_cast<uint64_t>(view_.len) / slot_bytes;
+    if (slots_ == 0) {
+      PyBuffer_Release(&view_);
+      throw py::value_error("nvmeof.Ring: the buffer (" + std::to_string(view_.len) +
+                            " bytes) is smaller than one slot (" + std::to_string(slot_bytes) + ")");
+    }
+  }
+  ~PyRing() { PyBuffer_Release(&view_); }
+  PyRing(const PyRing&) = delete;
+  PyRing& operator=(const PyRing&) = delete;
+
+  uint64_t slots() const { return slots_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t tag() const { return tag_; }
+
+  // Starts I/O i on slot slots[i] at byte offset offsets[i], in order, until the volume has no
+  // free I/O slot (-EAGAIN); returns how many started. Every item is checked before the first
+  // starts, so a bad one raises ValueError and starts nothing.
+  size_t submit(int op, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& slots,
+                const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& offsets) {
+    nvmeof_volume* v = vol_.get();
+    if (op != NVMEOF_OP_READ && op != NVMEOF_OP_WRITE) throw py::value_error("nvmeof.Ring: op must be read or write");
+    if (slots.ndim() != 1 || offsets.ndim() != 1 || slots.size() != offsets.size())
+      throw py::value_error("nvmeof.Ring: slots and offsets must be 1-D and of the same length");
+    const uint64_t* s = slots.data();
+    const uint64_t* o = offsets.data();
+    const auto n = static_cast<size_t>(slots.size());
+    const uint64_t bs = vol_.block_size(), size = vol_.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (s[i] >= slots_)
+        throw py::value_error("nvmeof.Ring: slot " + std::to_string(s[i]) + " is past the ring's " +
+                              std::to_string(slots_) + " slots");
+      if (o[i] % bs || o[i] > size || size - o[i] < slot_bytes_)
+        throw py::value_error("nvmeof.Ring: offset " + std::to_string(o[i]) + " is not a block-aligned start of " +
+                              std::to_string(slot_bytes_) + " bytes inside the volume (" +
+                              std::to_string(size) + " bytes)");
+    }
+    size_t started = 0;
+    for (; started < n; ++started) {
+      char* p = base_ + s[started] * slot_bytes_;
+      const int rc = op == NVMEOF_OP_READ ? nvmeof_submit_read(v, p, slot_bytes_, o[started], tag_ | s[started])
+                                          : nvmeof_submit_write(v, p, slot_bytes_, o[started], tag_ | s[started]);
+      if (rc == -EAGAIN) break;
+      if (rc) raise_errno(rc, "nvmeof.Ring: submit");
+    }
+    return started;
+  }
+
+  // Moves up to len(slots_out) finished I/Os: this ring's into slots_out/status_out (returns
+  // how many), any other event onto `others` as (cookie, status). Never blocks.
+  size_t reap(const py::array& slots_out, const py::array& status_out, py::list& others) {
+    nvmeof_volume* v = vol_.get();
+    auto* so = writable<uint64_t>(slots_out, "slots_out");
+    auto* st = writable<uint16_t>(status_out, "status_out");
+    const auto cap = static_cast<size_t>(std::min(slots_out.size(), status_out.size()));
+    size_t n = 0;
+    nvmeof_event ev[64];
+    while (n < cap) {
+      const int want = static_cast<int>(std::min<size_t>(cap - n, 64));
+      const int got = nvmeof_volume_reap(v, ev, want);
+      if (got < 0) raise_errno(got, "nvmeof.Ring: reap");
+      for (int i = 0; i < got; ++i) {
+        if ((ev[i].cookie & ~0xffffffffull) == tag_) {
+          so[n] = ev[i].cookie & 0xffffffffull;
+          st[n] = static_cast<uint16_t>(ev[i].status);
+          ++n;
+        } else {
+          others.append(py::make_tuple(ev[i].cookie, ev[i].status));
+        }
+      }
+      if (got < want) break;
+    }
+    return n;
+  }
+
+ private:
+  template <typename T>
+  static T* writable(const py::array& a, const char* what) {
+    if (!a.dtype().is(py::dtype::of<T>()) || a.ndim() != 1 || !(a.flags() & py::array::c_style) || !a.writeable())
+      throw py::value_error(std::string("nvmeof.Ring: ") + what + " must be a writable 1-D contiguous numpy array of " +
+                            (sizeof(T) == 8 ? "uint64" : "uint16"));
+    return static_cast<T*>(const_cast<void*>(a.data()));
+  }
+
+  PyVolume& vol_;
+  uint64_t tag_;
+  Py_buffer view_{};
+  char* base_ = nullptr;
+  uint64_t slot_bytes_ = 0;
+  uint64_t slots_ = 0;
+};
+
 // Memory from nvmeof_buffer_alloc, exported through the buffer protocol.
 class Buffer {
  public:
@@ -363,6 +477,15 @@ PYBIND11_MODULE(_core, m) {
       .def("submit_many", &PyVolume::submit_many)
       .def("reap", &PyVolume::reap)
       .def("stats_json", &PyVolume::stats_json);
+
+  // keep_alive: the ring uses the volume object, which must outlive it.
+  py::class_<PyRing>(m, "Ring")
+      .def(py::init<PyVolume&, const py::buffer&, uint64_t, uint32_t>(), py::keep_alive<1, 2>())
+      .def_property_readonly("slots", &PyRing::slots)
+      .def_property_readonly("slot_bytes", &PyRing::slot_bytes)
+      .def_property_readonly("tag", &PyRing::tag)
+      .def("submit", &PyRing::submit)
+      .def("reap", &PyRing::reap);
 
   py::class_<Buffer>(m, "Buffer", py::buffer_protocol())
       .def(py::init<size_t, int>())
