@@ -297,6 +297,11 @@ class Target {
   /// Delays each command received on the port by `latency` before it executes and is answered
   /// (0 removes it). With a constant latency commands keep their order.
   void set_latency(size_t port, std::chrono::microseconds latency);
+  /// A slow link: each I/O queue of the port moves data at most `bytes_per_second` (0 removes
+  /// it). A command is answered once the data of the queue's earlier commands and its own have
+  /// passed at that rate (after any set_latency delay), so large transfers queue behind each
+  /// other as on a saturated link; commands keep their order.
+  void set_bandwidth(size_t port, uint64_t bytes_per_second);
   /// I/O commands on the port complete with `status` instead of executing (nullopt: stop).
   /// Admin commands still work, so a host can read the ANA log.
   void fail_commands(size_t port, std::optional<NvmeStatus> status);
@@ -314,7 +319,7 @@ class Target {
   /// still serves others. Later ones are served normally. Counted in PortStats::commands_dropped.
   /// Replaces any count still pending; 0 cancels it.
   void drop_commands(size_t port, uint32_t count);
-  /// Ends blackhole, partition, refuse, latency, failing, dropping and held writes on the port
+  /// Ends blackhole, partition, refuse, latency, bandwidth, failing, dropping and held writes on the port
   /// (writes already held still run their course).
   void clear_faults(size_t port);
 

@@ -38,6 +38,16 @@ constexpr uint64_t kTrafficNoteNs = 1'000'000;
 // long (the failover budget), so a path answering within 40 ms is never failed for being slow.
 // With an explicit io_deadline: twice that deadline.
 constexpr uint64_t kDeadSilenceNs = 50'000'000;
+// A command's deadline grows with the data ahead of it and its own (a 1 MiB read behind 31
+// others is healthy long after 25 ms): that many bytes at half the path's measured drain rate
+// (a loaded host drains slower than it did a moment ago), at kUnknownDrainRate before anything
+// was measured, never faster than kMinDrainRate allows, at most kMaxTransferAllowanceNs. Small
+// commands gain well under a millisecond; a silent path is still probed and failed by its
+// silence (kDeadSilenceNs), not by this deadline.
+constexpr double kUnknownDrainRate = 0.1;    // bytes/ns: 100 MB/s
+constexpr double kMinDrainRate = 0.01;       // bytes/ns: 10 MB/s
+constexpr uint64_t kMaxTransferAllowanceNs = 1'000'000'000;
+constexpr uint64_t kDrainWindowNs = 1'000'000;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -338,6 +348,11 @@ void Lane::issue(Attempt& a) noexcept {
     const int rc = lp.qp->submit(a.req);
     if (rc == 0) {
       lp.inflight.push_back(&a);
+      if (lp.inflight.size == 1) {  // idle until now: a new drain window
+        lp.drain_window_ns = now;
+        lp.drain_window_bytes = 0;
+      }
+      a.ahead_bytes = lp.outstanding_bytes;
       lp.outstanding_bytes += a.bytes;
       ++a.attempts;
       trace(*a.io, IoTraceEvent::issue, p);
@@ -382,6 +397,17 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
         // and the service-time selector spreads the load instead of feeding one path.
         const double bw = static_cast<double>(std::max<uint32_t>(a.bytes, 512)) / dlat;
         lp.bytes_per_ns = lp.bytes_per_ns == 0 ? bw : lp.bytes_per_ns + kEwma * (bw - lp.bytes_per_ns);
+      }
+      if (counted) {
+        lp.drain_window_bytes += a.bytes;
+        if (now - lp.drain_window_ns >= kDrainWindowNs) {
+          const double rate =
+              static_cast<double>(lp.drain_window_bytes) / static_cast<double>(now - lp.drain_window_ns);
+          lp.drain_bytes_per_ns =
+              lp.drain_bytes_per_ns == 0 ? rate : lp.drain_bytes_per_ns + kEwma * (rate - lp.drain_bytes_per_ns);
+          lp.drain_window_ns = now;
+          lp.drain_window_bytes = 0;
+        }
       }
       lp.last_completion_ns = now;
       lp.last_completed_issue_ns = std::max(lp.last_completed_issue_ns, a.issue_ns);
@@ -703,7 +729,8 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
   if (f.other == OtherPath::none && any_other) all_silent_ns_ = now;
   f.last_completion_ns = std::max(lp.last_completion_ns, all_silent_ns_);
   f.last_completed_issue_ns = lp.last_completed_issue_ns;
-  f.deadline_ns = deadline_ns(lp);
+  f.silence_ns = deadline_ns(lp);
+  f.deadline_ns = deadline_ns(lp, *lp.inflight.head);
   f.dead_after_ns = dead_after_ns(lp);
   const DeadlineVerdict v = judge_deadline(f);
   char cause[112];
@@ -716,7 +743,7 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
       return;
     case DeadlineVerdict::fail_silent:
       std::snprintf(cause, sizeof cause, "command deadline exceeded: %.1f ms, silent %.1f ms, probe unanswered",
-                    static_cast<double>(f.deadline_ns) / 1e6,
+                    static_cast<double>(f.silence_ns) / 1e6,
                     static_cast<double>(now - std::max(f.oldest_issue_ns, f.last_completion_ns)) / 1e6);  // > 0 here
       fail_path_here(p, cause);
       return;
@@ -724,8 +751,9 @@ void Lane::check_deadline(int p, uint64_t now) noexcept {
     case DeadlineVerdict::hedge_probe:
       break;
   }
-  for (Attempt* a = lp.inflight.head; a && now > a->issue_ns && now - a->issue_ns > f.deadline_ns; a = a->next)
-    hedge(*a);
+  // In issue order: none after the first within the base deadline can be past its own.
+  for (Attempt* a = lp.inflight.head; a && now > a->issue_ns && now - a->issue_ns > f.silence_ns; a = a->next)
+    if (now - a->issue_ns > deadline_ns(lp, *a)) hedge(*a);
   if (v == DeadlineVerdict::hedge_probe && !lp.probe_inflight) send_probe(p, now);
 }
 
@@ -734,6 +762,14 @@ uint64_t Lane::deadline_ns(const LanePath& lp) const noexcept {
     return static_cast<uint64_t>(sub_.opts_.io_deadline.count()) * 1000;
   const auto derived = static_cast<uint64_t>(lp.latency_ns * 10);
   return std::clamp(derived, kMinDeadlineNs, kMaxDeadlineNs);
+}
+
+uint64_t Lane::deadline_ns(const LanePath& lp, const Attempt& a) const noexcept {
+  const uint64_t base = deadline_ns(lp);
+  if (sub_.opts_.io_deadline.count() > 0) return base;  // the caller's figure, as given
+  const double rate = lp.drain_bytes_per_ns > 0 ? std::max(lp.drain_bytes_per_ns / 2, kMinDrainRate) : kUnknownDrainRate;
+  const double allowance = static_cast<double>(a.ahead_bytes + a.bytes) / rate;
+  return base + std::min(static_cast<uint64_t>(allowance), kMaxTransferAllowanceNs);
 }
 
 void Lane::orphan_inflight(LanePath& lp) noexcept {

@@ -20,14 +20,15 @@ const char* to_string(DeadlineVerdict v) noexcept {
 DeadlineVerdict judge_deadline(const DeadlineFacts& f) noexcept {
   // `now` is the turn's clock; completions and issues stamped during the turn may be newer.
   auto since = [&](uint64_t t) { return f.now_ns > t ? f.now_ns - t : 0; };
-  if (since(f.oldest_issue_ns) <= f.deadline_ns) return DeadlineVerdict::wait;
-  if (f.last_completed_issue_ns > f.oldest_issue_ns) return DeadlineVerdict::fail_lost;
+  const uint64_t silence = f.silence_ns ? f.silence_ns : f.deadline_ns;
+  const bool expired = since(f.oldest_issue_ns) > f.deadline_ns;
+  if (expired && f.last_completed_issue_ns > f.oldest_issue_ns) return DeadlineVerdict::fail_lost;
   if (f.other == OtherPath::none) return DeadlineVerdict::wait;
   const uint64_t silent_since = f.oldest_issue_ns > f.last_completion_ns ? f.oldest_issue_ns : f.last_completion_ns;
   const uint64_t silent = since(silent_since);
-  if (silent <= f.deadline_ns) return DeadlineVerdict::hedge;
-  if (silent <= f.dead_after_ns) return DeadlineVerdict::hedge_probe;
-  return DeadlineVerdict::fail_silent;
+  if (silent > f.dead_after_ns) return DeadlineVerdict::fail_silent;
+  if (silent > silence) return DeadlineVerdict::hedge_probe;
+  return expired ? DeadlineVerdict::hedge : DeadlineVerdict::wait;
 }
 
 const char* to_string(RetryAction a) noexcept {

@@ -78,15 +78,18 @@ struct DeadlineFacts {
   uint64_t oldest_issue_ns = 0;          ///< the oldest outstanding command's issue time
   uint64_t last_completion_ns = 0;       ///< any completion (the probe's too), 0 if none
   uint64_t last_completed_issue_ns = 0;  ///< newest issue time among completed commands
-  uint64_t deadline_ns = 0;
-  uint64_t dead_after_ns = 0;            ///< silence that makes a probed path dead (> deadline)
+  uint64_t deadline_ns = 0;              ///< the oldest command's deadline (its transfer included)
+  uint64_t silence_ns = 0;               ///< silence past which the path is probed (0: deadline_ns)
+  uint64_t dead_after_ns = 0;            ///< silence that makes a probed path dead (> silence)
   OtherPath other = OtherPath::none;
 };
 
 /// A lost command fails the path whatever else is usable (it would wait forever); otherwise a
 /// path is failed only when another is usable and it has been silent past `dead_after_ns` (its
-/// probe went out when the silence passed the deadline and got no answer either, since any
-/// answer ends the silence).
+/// probe went out when the silence passed `silence_ns` and got no answer either, since any
+/// answer ends the silence). A command's deadline may exceed the silence bound (a large
+/// transfer behind others): a path that keeps answering is then neither probed nor hedged
+/// until the command is past its own deadline, while a silent one is probed on time.
 DeadlineVerdict judge_deadline(const DeadlineFacts& f) noexcept;
 
 }  // namespace nvmeof::detail

@@ -143,6 +143,7 @@ struct Attempt {
   int path = -1;             // where it is (or was last) submitted
   uint32_t generation = 0;
   uint64_t issue_ns = 0;
+  uint64_t ahead_bytes = 0;  // data bytes outstanding on its path when it was issued
   uint64_t release_ns = 0;   // fence / CRD / no-path deadline, per list
   uint32_t attempts = 0;     // submissions made so far
   // Failures with a controller status other than a path error: what max_attempts bounds (path
@@ -187,6 +188,11 @@ struct LanePath {
   uint64_t outstanding_bytes = 0;
   double latency_ns = 0;     // EWMA of completion latency
   double bytes_per_ns = 0;   // EWMA of delivered bandwidth
+  // How fast the path drains its queue while busy (EWMA over windows of at least 1 ms that
+  // start when it goes from idle to busy): what a command's transfer allowance divides by.
+  double drain_bytes_per_ns = 0;
+  uint64_t drain_window_ns = 0;
+  uint64_t drain_window_bytes = 0;
   uint64_t teardown_ns = 0;  // when this lane's connection was torn down
   uint64_t peer_closed_ns = 0;  // when the controller closed this generation's queue pair, 0 if not
   uint64_t last_completion_ns = 0;
@@ -340,6 +346,9 @@ class Lane final : public QueuePairListener {
   /// Completes a whole I/O to its caller (counted on its volume).
   static void deliver(VolumeIo& io, NvmeStatus st) noexcept;
   uint64_t deadline_ns(const LanePath& lp) const noexcept;
+  /// `a`'s own deadline on `lp`: deadline_ns(lp) plus the time its transfer and those ahead of
+  /// it take at the path's drain rate (transfer_allowance_ns).
+  uint64_t deadline_ns(const LanePath& lp, const Attempt& a) const noexcept;
   Attempt* alloc_attempt() noexcept;
   void free_attempt(Attempt* a) noexcept;
   void stamp_event(int p, int event, bool success, IoOp op) noexcept;

@@ -69,6 +69,11 @@ class Port {
   bool partitioned() const noexcept { return partition_.load(std::memory_order_acquire); }
   bool refusing() const noexcept { return refuse_.load(std::memory_order_acquire); }
   uint64_t latency_ns() const noexcept { return latency_ns_.load(std::memory_order_relaxed); }
+  /// The slow-link fault: bytes per second each I/O queue moves at most (0: no limit).
+  uint64_t bandwidth() const noexcept { return bandwidth_.load(std::memory_order_relaxed); }
+  void set_bandwidth(uint64_t bytes_per_second) noexcept {
+    bandwidth_.store(bytes_per_second, std::memory_order_relaxed);
+  }
   /// The status every I/O command completes with, when failing.
   std::optional<NvmeStatus> failing() const noexcept;
   /// The hold time for writes (0: none) and how held writes treat CQT.
@@ -144,6 +149,7 @@ class Port {
   std::atomic<uint32_t> drop_budget_{0};
   std::atomic<bool> refuse_{false};
   std::atomic<uint64_t> latency_ns_{0};
+  std::atomic<uint64_t> bandwidth_{0};
   std::atomic<int32_t> fail_status_{-1};  // -1: not failing, else NvmeStatus::raw
   std::atomic<uint64_t> write_delay_ns_{0};
   std::atomic<uint8_t> write_delay_mode_{0};

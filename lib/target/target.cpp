@@ -128,6 +128,10 @@ void Target::set_latency(size_t port, std::chrono::microseconds latency) {
   if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_latency(latency);
 }
 
+void Target::set_bandwidth(size_t port, uint64_t bytes_per_second) {
+  if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_bandwidth(bytes_per_second);
+}
+
 void Target::fail_commands(size_t port, std::optional<NvmeStatus> status) {
   if (port < impl_->core.ports.size()) impl_->core.ports[port]->set_failing(status);
 }
@@ -145,6 +149,7 @@ void Target::clear_faults(size_t port) {
   target::Port& p = *impl_->core.ports[port];
   p.set_refuse(false);
   p.set_latency(std::chrono::microseconds(0));
+  p.set_bandwidth(0);
   p.set_failing(std::nullopt);
   p.set_write_delay(std::chrono::milliseconds(0), QuiesceMode::honour);
   p.set_drop_commands(0);

@@ -244,7 +244,8 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   uint32_t icd_limit_;
   uint32_t max_transfer_;
   const uint64_t spin_ns_;  // TargetOptions::poll: 0 sleeps at once, UINT64_MAX never sleeps
-  std::multimap<uint64_t, uint16_t> delayed_;  // latency fault: due time -> slot
+  std::multimap<uint64_t, uint16_t> delayed_;  // latency and bandwidth faults: due time -> slot
+  uint64_t link_free_ns_ = 0;  // bandwidth fault: when this queue's data so far has passed
   std::vector<uint16_t> aers_;
   std::vector<uint32_t> pending_events_;  // raised while no AER was outstanding, oldest first
   uint64_t seen_ana_chgcnt_ = 0;

@@ -122,9 +122,17 @@ NvmeStatus TcpConnection::check_io(Slot& s) {
 
 void TcpConnection::command_ready(Slot& s) {
   const uint64_t latency = port_.latency_ns();
-  if (latency == 0) return execute(s);
+  const uint64_t bandwidth = qid_ != 0 && s.sqe.opcode != opcode::kFabrics ? port_.bandwidth() : 0;
+  if (latency == 0 && bandwidth == 0) return execute(s);
+  uint64_t due = now_ns() + latency;
+  if (bandwidth && s.plan.data_len) {
+    // The link carries one command's data after another: this one's starts when the earlier
+    // ones' has passed.
+    due = std::max(due, link_free_ns_) + static_cast<uint64_t>(s.plan.data_len) * 1'000'000'000ull / bandwidth;
+    link_free_ns_ = due;
+  }
   s.state = SlotState::waiting;
-  delayed_.emplace(now_ns() + latency, s.index);
+  delayed_.emplace(due, s.index);
 }
 
 void TcpConnection::run_due(uint64_t now) {

@@ -116,6 +116,24 @@ TEST_CASE("with no other usable path nothing fails on a silent deadline", "[retr
   CHECK(judge_deadline(facts(5000, 1000, 990, 980, OtherPath::none)) == DeadlineVerdict::wait);
 }
 
+TEST_CASE("a large transfer behind others waits for its own deadline; silence is judged on time", "[retry][deadline]") {
+  // The oldest (1 MiB behind 31 others, say) may take 90 ms; the path answered 2 ms ago.
+  auto f = facts(1060, 1000, 1058, 990);
+  f.silence_ns = 15'000'000;
+  f.deadline_ns = 90'000'000;
+  CHECK(judge_deadline(f) == DeadlineVerdict::wait);  // without the allowance: hedge
+  f.now_ns = 1091'000'000;
+  f.last_completion_ns = 1089'000'000;
+  CHECK(judge_deadline(f) == DeadlineVerdict::hedge);  // past its own deadline
+  // A silent path with such a command is probed and failed by its silence, not its deadline.
+  f = facts(1020, 1000, 990, 980);
+  f.silence_ns = 15'000'000;
+  f.deadline_ns = 90'000'000;
+  CHECK(judge_deadline(f) == DeadlineVerdict::hedge_probe);
+  f.now_ns = 1051'000'000;
+  CHECK(judge_deadline(f) == DeadlineVerdict::fail_silent);
+}
+
 TEST_CASE("a command lost while later ones completed fails the path", "[retry][deadline]") {
   // Sent at 1000, a command sent at 1005 completed (the probe, say): this one was dropped.
   CHECK(judge_deadline(facts(1020, 1000, 1010, 1005)) == DeadlineVerdict::fail_lost);
