@@ -15,6 +15,7 @@
 #include <iostream>
 #include <string_view>
 #include <thread>
+#include <tuple>
 
 #include "bench/fault_target.hpp"
 #include "bench/intervals.hpp"
@@ -75,6 +76,23 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
   TargetSubsystem sub;
   sub.nqn = o.nqn;
   sub.namespaces[0].size_bytes = kEmbeddedNamespaceBytes;
+  if (!o.hostnqn.empty()) {
+    // Only this host, with its keys (the target takes their text; @FILE is read here).
+    TargetHost h;
+    h.nqn = o.hostnqn;
+    for (auto [arg, name, out] : {std::tuple{&o.dhchap_secret, "--dhchap-secret", &h.dhchap_key},
+                                  std::tuple{&o.dhchap_ctrl_secret, "--dhchap-ctrl-secret", &h.dhchap_ctrl_key}}) {
+      if (arg->empty()) continue;
+      auto key = detail::read_key_text(*arg);
+      if (!key) {
+        std::fprintf(stderr, "nvmeof-bench: %s: cannot read the key file %s\n", name, arg->c_str() + 1);
+        return key.error();
+      }
+      *out = std::move(*key);
+    }
+    sub.hosts.push_back(std::move(h));
+    sub.access = HostAccess::allow_list;
+  }
   TargetOptions t;
   t.ports.assign(o.paths, port);
   t.subsystems = {sub};
@@ -241,6 +259,9 @@ int main(int argc, char** argv) {
   vo.connect.subnqn = o.nqn;
   vo.connect.digest = o.digest;
   vo.connect.tls_psk = o.tls_psk;
+  vo.connect.hostnqn = o.hostnqn;
+  vo.connect.dhchap_secret = o.dhchap_secret;
+  vo.connect.dhchap_ctrl_secret = o.dhchap_ctrl_secret;
   vo.connect.io_queue_depth = std::clamp(o.iodepth * 2, 128u, 1024u);
   vo.selector = o.selector;
   vo.reactors = o.reactors;

@@ -132,3 +132,46 @@ TEST_CASE("--fault-script goes to the external target through --target-control",
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("path 1 out of range (1 path: 0..0)") != std::string::npos);
 }
+
+TEST_CASE("--hostnqn and --dhchap-secret reach a target that names its hosts and asks for keys", "[bench][auth]") {
+  const std::string host = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+  const std::string key = "DHHC-1:00:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAl7OaH:";     // key bytes 1..32
+  const std::string other = "DHHC-1:00:AgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fICGrMmyA:";   // key bytes 2..33
+  test::ToolProcess proc{{test::tool_path("NVMEOF_TARGET"), "--listen", "127.0.0.1:0", "--size", "16M",
+                          "--allow-host", host, "--host-key", host + "=" + key, "--json"}};
+  const std::string addr = nlohmann::json::parse(proc.read_line())["ports"][0]["address"].get<std::string>();
+  const std::string base = bench_bin() + " --target " + addr + " --runtime 300ms --rw randrw";
+
+  auto r = test::run_command(base + " --hostnqn " + host + " --dhchap-secret " + key + " --json", 60);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto j = report_of(r.output);
+  CHECK(j["ok"] == true);
+  CHECK(j["mismatches"] == 0);
+  CHECK(j["total"]["ios"].get<uint64_t>() > 0);
+  CHECK(j["config"]["dhchap"] == "host");
+  CHECK(j["config"]["hostnqn"] == host);
+
+  r = test::run_command(base + " --hostnqn " + host + " --dhchap-secret " + other, 60);
+  CHECK(r.exit_code != 0);
+  CHECK(r.output.find("cannot open the volume: authentication failed") != std::string::npos);
+  r = test::run_command(base, 60);  // a host NQN the target does not allow
+  CHECK(r.exit_code != 0);
+  CHECK(r.output.find("host not allowed") != std::string::npos);
+  r = test::run_command(bench_bin() + " --embedded --dhchap-secret " + key + " --runtime 300ms", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("with --embedded needs --hostnqn") != std::string::npos);
+  r = test::run_command(bench_bin() + " --embedded --dhchap-ctrl-secret " + key + " --runtime 300ms", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("needs --dhchap-secret") != std::string::npos);
+
+  // The embedded target allows only --hostnqn and asks it for both keys.
+  r = test::run_command(bench_bin() + " --embedded --paths 2 --hostnqn " + host + " --dhchap-secret " + key +
+                            " --dhchap-ctrl-secret " + other + " --runtime 300ms --json",
+                        60);
+  REQUIRE(r.exit_code == 0);
+  j = report_of(r.output);
+  CHECK(j["ok"] == true);
+  CHECK(j["config"]["dhchap"] == "bidirectional");
+  CHECK(j["paths"].size() == 2);
+}

@@ -255,6 +255,15 @@ ParsedArgs parse_args(int argc, char** argv) {
                  "with --embedded: the target ports' secure channel (none, not-required, required; "
                  "default required with --tls-psk, else none); the host uses TLS when --tls-psk is set")
       ->check(CLI::IsMember({"none", "not-required", "required"}));
+  app.add_option("--hostnqn", o.hostnqn,
+                 "the host NQN to connect as (default: one derived from a per-process host ID); with "
+                 "--embedded the target allows only this host");
+  app.add_option("--dhchap-secret", o.dhchap_secret,
+                 "DH-HMAC-CHAP: the host's secret (DHHC-1:0X:...:, as nvme gen-dhchap-key prints it, or "
+                 "@FILE); with --embedded the target asks the host to authenticate with it (needs --hostnqn)");
+  app.add_option("--dhchap-ctrl-secret", o.dhchap_ctrl_secret,
+                 "DH-HMAC-CHAP: the controller's secret (or @FILE), so that the host authenticates the "
+                 "controller too (bidirectional; needs --dhchap-secret)");
   app.add_flag("!--no-progress", o.progress, "no status line while running (none either when stderr is not a terminal)");
   app.add_option("--control-dir", o.control_dir,
                  "publish the volume on a control socket in DIR (nvmeof-paths --control-dir DIR reads it)");
@@ -266,6 +275,10 @@ ParsedArgs parse_args(int argc, char** argv) {
     if (!o.embedded && o.targets.empty() && o.discover.empty())
       throw CLI::RequiredError("--target, --discover or --embedded");
     if (!o.tls.empty() && !o.embedded) throw CLI::ValidationError("--tls", "needs --embedded");
+    if (!o.dhchap_ctrl_secret.empty() && o.dhchap_secret.empty())
+      throw CLI::ValidationError("--dhchap-ctrl-secret", "needs --dhchap-secret");
+    if (!o.dhchap_secret.empty() && o.embedded && o.hostnqn.empty())
+      throw CLI::ValidationError("--dhchap-secret", "with --embedded needs --hostnqn (the host the target allows)");
     if (!o.tls.empty() && o.tls != "none" && o.tls_psk.empty())
       throw CLI::ValidationError("--tls", "needs --tls-psk");
     if (!o.target_control.empty() && o.embedded)

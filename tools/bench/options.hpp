@@ -90,6 +90,12 @@ struct BenchOptions {
   /// required when a key is given).
   std::string tls_psk;
   std::string tls = "";
+  /// The host NQN to connect as (ConnectOptions::hostnqn, --hostnqn; empty: derived), and the
+  /// DH-HMAC-CHAP secrets (--dhchap-secret, --dhchap-ctrl-secret: the key or @FILE). With
+  /// --embedded the target allows only this host and asks it to authenticate with them.
+  std::string hostnqn;
+  std::string dhchap_secret;
+  std::string dhchap_ctrl_secret;
   bool progress = true;                 ///< the status line on a terminal (--no-progress)
 
   /// Whether --fail-path gave the single fault (--fault-script is parsed in main()).

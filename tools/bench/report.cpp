@@ -382,6 +382,8 @@ nlohmann::json to_json(const BenchReport& r) {
                    : o.digest == Digest::data   ? "data"
                                                 : "both"},
         {"tls", !o.tls_psk.empty()},
+        {"hostnqn", o.hostnqn},
+        {"dhchap", o.dhchap_secret.empty() ? "none" : o.dhchap_ctrl_secret.empty() ? "host" : "bidirectional"},
         {"reactors", o.reactors},
         {"poll", to_string(o.poll)},
         {"io_deadline_ms", std::chrono::duration<double, std::milli>(o.io_deadline).count()},
