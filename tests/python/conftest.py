@@ -26,3 +26,27 @@ def target():
 def vol(target):
     with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, no_path_timeout=10.0) as v:
         yield v
+
+
+def run_in_child(child) -> None:
+    """Runs `child()` in a forked child, which returns b"ok" or what went wrong; asserts in the
+    parent that it said b"ok" and exited 0. The child never returns into pytest, and anything it
+    raises comes back as its message."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            msg = child()
+            code = 0 if msg == b"ok" else 1
+            os.write(w, msg)
+        except BaseException as e:  # noqa: BLE001: report anything to the parent
+            os.write(w, repr(e).encode()[:200])
+        finally:
+            os._exit(code)
+    os.close(w)
+    msg = os.read(r, 256)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert msg == b"ok"
+    assert os.waitstatus_to_exitcode(status) == 0

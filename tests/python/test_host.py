@@ -6,6 +6,7 @@ import os
 import pytest
 
 import nvmeof
+from conftest import run_in_child
 from nvmeof import _testing
 
 BS = 4096
@@ -123,48 +124,31 @@ def test_cpus(target2):
 
 def test_fork(target2):
     h = nvmeof.Host()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        code = 1
+    def child():
         try:
-            msg = b"ok"
-            try:
-                h.stats()
-                msg = b"used the parent's host without an error"
-            except nvmeof.ForkedVolumeError as e:
-                if b"nvmeof.Host" not in str(e).encode():
-                    msg = b"unclear message"
-            if msg == b"ok":
-                try:
-                    open_on(h, target2, 1)
-                    msg = b"opened a volume on the parent's host"
-                except nvmeof.ForkedVolumeError:
-                    pass
-            if msg == b"ok":
-                # The C layer refuses too, not only the Python check.
-                try:
-                    h._h.stats()
-                    msg = b"C layer accepted the forked host"
-                except OSError as e:
-                    if e.errno != errno.ECHILD:
-                        msg = b"C layer: wrong errno"
-            if msg == b"ok":
-                h.close()  # only forgets the handle
-                with nvmeof.Host() as mine, open_on(mine, target2, 1) as v:
-                    v.pread(bytearray(BS), 0)
-            code = 0 if msg == b"ok" else 1
-            os.write(w, msg)
-        except BaseException as e:  # noqa: BLE001: report anything to the parent
-            os.write(w, repr(e).encode()[:200])
-        finally:
-            os._exit(code)
-    os.close(w)
-    msg = os.read(r, 256)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert msg == b"ok"
-    assert os.waitstatus_to_exitcode(status) == 0
+            h.stats()
+            return b"used the parent's host without an error"
+        except nvmeof.ForkedVolumeError as e:
+            if b"nvmeof.Host" not in str(e).encode():
+                return b"unclear message"
+        try:
+            open_on(h, target2, 1)
+            return b"opened a volume on the parent's host"
+        except nvmeof.ForkedVolumeError:
+            pass
+        # The C layer refuses too, not only the Python check.
+        try:
+            h._h.stats()
+            return b"C layer accepted the forked host"
+        except OSError as e:
+            if e.errno != errno.ECHILD:
+                return b"C layer: wrong errno"
+        h.close()  # only forgets the handle
+        with nvmeof.Host() as mine, open_on(mine, target2, 1) as v:
+            v.pread(bytearray(BS), 0)
+        return b"ok"
+
+    run_in_child(child)
     # The parent's host is unaffected.
     with open_on(h, target2, 2) as v:
         assert h.volumes == 1

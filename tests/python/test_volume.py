@@ -7,6 +7,7 @@ import os
 import pytest
 
 import nvmeof
+from conftest import run_in_child
 
 BS = 4096
 
@@ -148,7 +149,7 @@ def test_ring(target):
     """Ring I/O: batches with no Python object per I/O, more I/Os than the volume has slots
     (partial starts), futures on the same volume meanwhile; every block verified on the target."""
     import numpy as np
-    slots, base = 16, 2000
+    slots, base = 16, 3000
     with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, queue_depth=8) as v:
         buf = nvmeof.alloc(slots * BS)
         ring = v.ring(buf, BS)
@@ -262,40 +263,26 @@ def test_stats(vol):
 
 def test_fork(vol, target):
     vol.pwrite(pattern(BS, 5000), 2000 * BS)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        code = 1
+    def child():
         try:
-            try:
-                vol.pread(bytearray(BS), 2000 * BS)
-                msg = b"used the parent's volume without an error"
-            except nvmeof.ForkedVolumeError as e:
-                msg = b"ok" if b"worker_init_fn" in str(e).encode() else b"unclear message"
-            # The C layer refuses too, not only the Python check.
-            if msg == b"ok":
-                try:
-                    vol._v.pread(bytearray(BS), 2000 * BS)
-                    msg = b"C layer accepted the forked volume"
-                except OSError as e:
-                    msg = b"ok" if e.errno == errno.ECHILD else b"C layer: wrong errno"
-            if msg == b"ok":
-                with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0) as mine:
-                    b = bytearray(BS)
-                    mine.pread(b, 2000 * BS)
-                    msg = b"ok" if b == pattern(BS, 5000) else b"child read wrong data"
-            code = 0 if msg == b"ok" else 1
-            os.write(w, msg)
-        except BaseException as e:  # noqa: BLE001: report anything to the parent
-            os.write(w, repr(e).encode()[:200])
-        finally:
-            os._exit(code)
-    os.close(w)
-    msg = os.read(r, 256)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert msg == b"ok"
-    assert os.waitstatus_to_exitcode(status) == 0
+            vol.pread(bytearray(BS), 2000 * BS)
+            return b"used the parent's volume without an error"
+        except nvmeof.ForkedVolumeError as e:
+            if b"worker_init_fn" not in str(e).encode():
+                return b"unclear message"
+        # The C layer refuses too, not only the Python check.
+        try:
+            vol._v.pread(bytearray(BS), 2000 * BS)
+            return b"C layer accepted the forked volume"
+        except OSError as e:
+            if e.errno != errno.ECHILD:
+                return b"C layer: wrong errno"
+        with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0) as mine:
+            b = bytearray(BS)
+            mine.pread(b, 2000 * BS)
+            return b"ok" if b == pattern(BS, 5000) else b"child read wrong data"
+
+    run_in_child(child)
     # The parent's volume is unaffected.
     b = bytearray(BS)
     vol.pread(b, 2000 * BS)
