@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
-#include "reactor/transport_limits.hpp"
+#include "transport/transport_limits.hpp"
 
 namespace nvmeof::uring {
 
@@ -51,7 +51,7 @@ inline constexpr uint32_t kDefaultMaxTransfer = 128u << 10;
 /// Ceiling on the limit read from sysfs (fabrics without MDTS report hundreds of MiB; larger
 /// commands only make the kernel pin and map more pages at once).
 inline constexpr uint32_t kMaxTransferCap = 1u << 20;
-/// Passthrough's limits as the rest of the library sees them (reactor/transport_limits.hpp):
+/// Passthrough's limits as the rest of the library sees them (transport/transport_limits.hpp):
 /// admin commands go to /dev/nvmeX, not on a queue pair of ours.
 inline constexpr TransportLimits kLimits{kMaxQueueDepth, 0, kDefaultMaxTransfer, kMaxTransferCap};
 

@@ -35,7 +35,7 @@
 #include "core/log.hpp"
 #include "core/node_memory.hpp"
 #include "nvmeof/status.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 
 namespace nvmeof {
 
