@@ -216,7 +216,7 @@ Result<PreparedQueue> connect_tcp_pair(Reactor& reactor, const TransportAddress&
 }
 
 // The fabrics a controller can be reached over, and how each connects a queue pair. A new
-// fabric is a row here (and its limits in reactor/transport_limits.hpp).
+// fabric is a row here (and its limits in transport/transport_limits.hpp).
 struct Fabric {
   Transport transport;
   bool tls;  // whether NVMe/TLS is defined on it

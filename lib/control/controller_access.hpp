@@ -10,7 +10,7 @@
 #include <string>
 
 #include "nvmeof/controller.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 
 namespace nvmeof {

@@ -17,7 +17,7 @@
 #include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/identify.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 
 namespace nvmeof::detail {

@@ -1,5 +1,5 @@
 // How big each queue of a path may be, from the limits of that path's own transport
-// (reactor/transport_limits.hpp) and what the controller reported: one pure function per queue
+// (transport/transport_limits.hpp) and what the controller reported: one pure function per queue
 // kind, so that an RDMA path never gets NVMe/TCP's admin in-capsule size or transfer ceiling
 // (and the other way round).
 //
@@ -10,7 +10,7 @@
 
 #include "nvmeof/controller.hpp"
 #include "nvmeof/identify.hpp"
-#include "reactor/transport_limits.hpp"
+#include "transport/transport_limits.hpp"
 
 namespace nvmeof::detail {
 

@@ -12,11 +12,11 @@
 #include <system_error>
 #include <tuple>
 
-#include "control/metrics.hpp"
 #include "core/log.hpp"
 #include "core/node_memory.hpp"
 #include "core/spin_governor.hpp"
 #include "multipath/engine.hpp"
+#include "multipath/observers.hpp"
 #include "multipath/volume_impl.hpp"
 #include "multipath/engine_internal.hpp"
 
@@ -266,13 +266,10 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
     if (auto r = er->start(); !r) return r.error();
     impl->reactors.push_back(std::move(er));
   }
-  if (!opts.metrics_listen.empty()) {
-    // Built at each scrape from one stats() snapshot; ~Impl stops it before anything it reads.
-    const Host::Impl* self = impl.get();
-    auto m = serve_host_metrics(opts.metrics_listen, [self] { return self->stats(); });
-    if (!m) return m.error();
-    impl->metrics = std::move(*m);
-  }
+  // ~Impl stops them before anything they read.
+  auto observers = start_host_observers(*impl);
+  if (!observers) return observers.error();
+  impl->observers = std::move(*observers);
   return std::shared_ptr<Host>(std::move(impl));
 }
 
@@ -283,7 +280,7 @@ namespace nvmeof {
 Host::Impl::Impl() = default;
 
 Host::Impl::~Impl() {
-  metrics.reset();  // no scrape reads the engine after this
+  observers.reset();  // no scrape reads the engine after this
   // Pool work may still post to the control loop; it finishes first, then the reactors.
   pool.join();
   for (auto& r : reactors) r->stop();
@@ -310,8 +307,8 @@ Result<std::shared_ptr<Host>> Host::shared(const HostOptions& opts) { return det
 const HostOptions& Host::options() const noexcept { return engine_of(*this).opts; }
 const Placement& Host::placement() const noexcept { return engine_of(*this).placement; }
 uint16_t Host::metrics_port() const noexcept {
-  const auto& m = engine_of(*this).metrics;
-  return m ? m->port() : 0;
+  const auto& o = engine_of(*this).observers;
+  return o ? o->metrics_port() : 0;
 }
 
 HostStats Host::stats() const {

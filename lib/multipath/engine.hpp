@@ -84,7 +84,7 @@ class SubsystemPaths;
 
 namespace nvmeof {
 namespace detail {
-class MetricsExporter;
+class Observers;
 }
 
 /// Threading: everything is written by create() before the engine is handed out and only read
@@ -107,9 +107,9 @@ struct NVMEOF_LOCAL Host::Impl final : Host {
   mutable std::mutex subsystems_mu;
   std::map<std::string, std::weak_ptr<detail::SubsystemPaths>> subsystems;
   static constexpr unsigned kPoolThreads = 4;
-  std::unique_ptr<detail::MetricsExporter> metrics;  // HostOptions::metrics_listen
+  std::unique_ptr<detail::Observers> observers;  // HostOptions::metrics_listen (multipath/observers.hpp)
 
-  Impl();  // out of line: MetricsExporter is complete only there
+  Impl();  // out of line: Observers is complete only there
   ~Impl() override;
   /// The reactor the calling thread runs, or nullptr.
   detail::EngineReactor* current_reactor() const noexcept;

@@ -4,8 +4,6 @@
 // dead path never blocks the handling of another one.
 #include <boost/asio/post.hpp>
 
-#include "control/control_socket.hpp"
-#include "control/metrics.hpp"
 #include <boost/asio/steady_timer.hpp>
 
 #include <cstdio>
@@ -65,6 +63,13 @@ VolumeImpl::VolumeImpl(std::shared_ptr<SubsystemPaths> sub, std::shared_ptr<Volu
 VolumeImpl::~VolumeImpl() {
   shutdown();
   engine_of(*sub_->host_).volumes.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Result<void> VolumeImpl::start_observers() {
+  auto o = start_volume_observers(*this);
+  if (!o) return o.error();
+  observers_ = std::move(*o);
+  return {};
 }
 
 void VolumeImpl::shutdown() {

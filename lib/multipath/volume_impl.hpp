@@ -30,17 +30,15 @@
 #include "multipath/engine.hpp"
 #include "multipath/failover_machine.hpp"
 #include "multipath/io_trace.hpp"
+#include "multipath/observers.hpp"
 #include "multipath/path_selector.hpp"
 #include "nvmeof/controller.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 #include "nvmeof/topology.hpp"
 #include "nvmeof/volume.hpp"
 
 namespace nvmeof::detail {
-
-class ControlSocket;
-class MetricsExporter;
 
 /// One path (one controller) as the whole subsystem sees it, for every volume on it.
 ///
@@ -546,24 +544,21 @@ class VolumeImpl {
   void shutdown();
   VolumeStats collect_stats(LatencyHistogram* all = nullptr) const { return sub_->collect_stats(*ns_, all); }
 
-  // -- observability (lib/multipath/volume_observe.cpp) --
-  /// Opens the control socket (VolumeOptions::control_socket / NVMEOF_CONTROL_DIR) and the
-  /// metrics endpoint when asked for. Errors as ControlSocket::open, invalid_argument for a bad
-  /// metrics_listen.
+  // -- observability (multipath/observers.hpp) --
+  /// Opens the control socket and the metrics endpoint when asked for (start_volume_observers).
   Result<void> start_observers();
   /// Closes both; no request runs after it returns. Called first by shutdown().
-  void stop_observers();
-  std::string control_socket_path() const;
-  uint16_t metrics_port() const noexcept;  // 0 when none
+  void stop_observers() { observers_.reset(); }
+  std::string control_socket_path() const { return observers_ ? observers_->control_socket_path() : std::string(); }
+  uint16_t metrics_port() const noexcept { return observers_ ? observers_->metrics_port() : 0; }
 
   std::shared_ptr<SubsystemPaths> sub_;
   std::shared_ptr<VolumeNs> ns_;
   VolumeOptions opts_;
   std::atomic<bool> accepting_{false};
   uint64_t open_ns_ = 0;
-  uint32_t serial_ = 0;                            // this process's volume number
-  std::unique_ptr<ControlSocket> control_socket_;  // control thread only once open
-  std::unique_ptr<MetricsExporter> metrics_;       // its HTTP threads call collect_stats()
+  uint32_t serial_ = 0;                  // this process's volume number
+  std::unique_ptr<Observers> observers_;  // control thread only once open
   bool shut_ = false;
 };
 

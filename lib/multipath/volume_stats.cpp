@@ -59,6 +59,8 @@ const char* to_string(PathState s) noexcept {
 }
 
 VolumeStats Volume::stats() const { return impl_->collect_stats(); }
+uint16_t Volume::metrics_port() const noexcept { return impl_->metrics_port(); }
+std::string Volume::control_socket_path() const { return impl_->control_socket_path(); }
 
 VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHistogram* all) const {
   auto& v = *this;

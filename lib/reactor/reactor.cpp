@@ -121,7 +121,8 @@ struct Reactor::Impl {
   int reap() {
     // COOP_TASKRUN and DEFER_TASKRUN leave completion work until we enter the kernel (with
     // DEFER_TASKRUN only this thread's GETEVENTS runs it); an overflowed CQ also needs a kernel
-    // entry to be flushed back.
+    // entry to be flushed back. The flags word is read directly (as liburing's inline helpers
+    // do): liburing 2.3 has io_uring_cq_has_overflow() but no call that reports IORING_SQ_TASKRUN.
     const unsigned kflags = IO_URING_READ_ONCE(*ring.sq.kflags);
     if ((kflags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) && io_uring_cq_ready(&ring) == 0)
       io_uring_get_events(&ring);

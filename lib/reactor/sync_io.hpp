@@ -10,7 +10,7 @@
 #include <span>
 
 #include "nvmeof/command.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 #include "nvmeof/status.hpp"
 

@@ -22,7 +22,7 @@
 #include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/sync_io.hpp"
 #include "tls/psk.hpp"

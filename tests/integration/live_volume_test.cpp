@@ -16,7 +16,7 @@
 #include "../common/rig.hpp"
 #include "../common/tool_process.hpp"
 #include "../common/verified_workload.hpp"
-#include "control/control_socket.hpp"
+#include "observe/control_socket.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
 

@@ -1,4 +1,4 @@
-// The queue-pair lifecycle every fabric transport shares (reactor/queue_pair_base.hpp), over a
+// The queue-pair lifecycle every fabric transport shares (transport/queue_pair_base.hpp), over a
 // fake transport whose in-flight operations the test holds and gives back.
 #include <catch2/catch.hpp>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "nvmeof/status.hpp"
-#include "reactor/queue_pair_base.hpp"
+#include "transport/queue_pair_base.hpp"
 
 using namespace nvmeof;
 

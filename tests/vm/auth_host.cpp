@@ -12,7 +12,7 @@
 
 #include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/sync_io.hpp"
 #include "testbed_env.hpp"

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "control/control_socket.hpp"
+#include "observe/control_socket.hpp"
 
 namespace nvmeof::paths {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "control/control_socket.hpp"
+#include "observe/control_socket.hpp"
 
 namespace nvmeof::tools {
 

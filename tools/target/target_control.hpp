@@ -1,5 +1,5 @@
 // nvmeof-target's control socket: the requests `nvmeof-target ctl` sends and the answers the
-// target gives, one JSON object per line (lib/control/control_socket.hpp carries them).
+// target gives, one JSON object per line (lib/observe/control_socket.hpp carries them).
 //
 //   {"op":"ana","port":0,"state":"inaccessible"}
 //   {"op":"fault","port":0,"kind":"reset"|"blackhole"|"partition"|"refuse"}

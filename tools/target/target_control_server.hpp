@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "control/control_socket.hpp"
+#include "observe/control_socket.hpp"
 #include "nvmeof/target.hpp"
 
 namespace nvmeof::tools {

@@ -1,6 +1,6 @@
 #include "target/target_metrics.hpp"
 
-#include "control/metrics_families.hpp"
+#include "observe/metrics_families.hpp"
 
 namespace nvmeof::tools {
 

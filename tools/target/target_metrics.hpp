@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "control/metrics.hpp"
+#include "observe/metrics.hpp"
 #include "nvmeof/target.hpp"
 
 namespace nvmeof::tools {

@@ -16,9 +16,9 @@
 #include <string>
 
 #include "fabric/connect.hpp"
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 #include "reactor/reactor.hpp"
-#include "reactor/transport_limits.hpp"
+#include "transport/transport_limits.hpp"
 #include "nvmeof/status.hpp"
 
 namespace nvmeof::rdma {
@@ -30,7 +30,7 @@ inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
 /// A keyed SGL data block describes at most 2^24 - 1 bytes.
 inline constexpr uint32_t kMaxKeyedLength = (1u << 24) - 1;
 inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
-/// NVMe/RDMA's limits as the controller sees them (reactor/transport_limits.hpp): the admin
+/// NVMe/RDMA's limits as the controller sees them (transport/transport_limits.hpp): the admin
 /// queue takes no in-capsule data, and one command moves at most what a keyed SGL data block
 /// describes, in whole pages of the staging pool.
 inline constexpr TransportLimits kLimits{kMaxQueueDepth, 0, kDefaultMaxTransfer,

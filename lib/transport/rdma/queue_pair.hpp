@@ -39,8 +39,8 @@
 #include <string>
 
 #include "core/node_memory.hpp"
-#include "reactor/queue_pair.hpp"
-#include "reactor/queue_pair_base.hpp"
+#include "transport/queue_pair.hpp"
+#include "transport/queue_pair_base.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/rdma/buddy_pool.hpp"
 #include "transport/rdma/connect.hpp"

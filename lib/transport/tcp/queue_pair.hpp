@@ -42,10 +42,10 @@
 #include "core/node_memory.hpp"
 #include "fabric/connect.hpp"
 #include "nvmeof/controller.hpp"
-#include "reactor/queue_pair.hpp"
-#include "reactor/queue_pair_base.hpp"
+#include "transport/queue_pair.hpp"
+#include "transport/queue_pair_base.hpp"
 #include "reactor/reactor.hpp"
-#include "reactor/transport_limits.hpp"
+#include "transport/transport_limits.hpp"
 #include "tls/psk.hpp"
 #include "transport/tcp/pdu.hpp"
 
@@ -61,7 +61,7 @@ inline constexpr uint32_t kAdminInCapsuleData = 8192;
 /// Transfer cap when the controller reports no MDTS.
 inline constexpr uint32_t kDefaultMaxTransfer = 1u << 20;
 inline constexpr uint16_t kAdminCntlid = fabric::kAdminCntlid;
-/// NVMe/TCP's limits as the controller sees them (reactor/transport_limits.hpp).
+/// NVMe/TCP's limits as the controller sees them (transport/transport_limits.hpp).
 inline constexpr TransportLimits kLimits{kMaxQueueDepth, kAdminInCapsuleData, kDefaultMaxTransfer};
 
 struct QpConfig {

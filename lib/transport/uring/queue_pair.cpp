@@ -262,9 +262,9 @@ Result<std::unique_ptr<QueuePair>> QueuePair::open(Reactor& reactor, const QpCon
 
 QueuePair::QueuePair(Reactor& reactor, const QpConfig& cfg, Core* core, uint32_t nsid,
                      uint32_t max_transfer)
-    : reactor_(reactor),
+    : QueuePairLifecycle("uring " + cfg.device),
+      reactor_(reactor),
       cfg_(cfg),
-      label_("uring " + cfg.device),
       nsid_(nsid),
       max_transfer_(max_transfer),
       polled_(core->polled),
@@ -319,8 +319,7 @@ QueuePair::~QueuePair() {
 }
 
 void QueuePair::start() noexcept {
-  if (state_ != QpState::connecting) return;
-  state_ = QpState::live;
+  if (!go_live()) return;
   if (core_->shared) return;  // the reactor's own turn submits and reaps
   reactor_.add_poller(&QueuePair::poll_fn, this);
   poller_added_ = true;
@@ -429,20 +428,17 @@ bool QueuePair::prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) no
   return fixed;
 }
 
-void QueuePair::close() noexcept { fail(errno_code(ECANCELED), "closed"); }
-
-void QueuePair::fail(std::error_code why, const char* detail) noexcept {
-  if (state_ == QpState::failed || state_ == QpState::closed) return;
-  state_ = QpState::failed;
-  error_ = why;
-  if (why != std::errc::operation_canceled)
-    nvmeof::detail::log_warning("nvmeof: %s: failed: %s (%s)\n", label_.c_str(), detail,
-                 why.message().c_str());
-  // Commands queued this turn must not reach the device any more (a write after the path was
-  // fenced would be exactly the stale write failover must prevent): they become NOPs, which
-  // complete with kHostPathError like every other outstanding command.
-  // In shared mode the reactor's queue also holds others' entries: only ours (user_data in
-  // our slot array) change.
+// Commands queued this turn must not reach the device any more (a write after the path was
+// fenced would be exactly the stale write failover must prevent): they become NOPs, which
+// complete with kHostPathError like every other outstanding command. In shared mode the
+// reactor's queue also holds others' entries: only ours (user_data in our slot array) change.
+//
+// The queued entries are found through liburing's own fields (sq.sqe_head, sq.sqe_tail,
+// sq.sqes, sq.ring_mask), read only: liburing 2.3 (Debian 12) has no call that names the SQEs
+// io_uring_get_sqe() handed out since the last submit (io_uring_sq_ready() only counts the
+// entries not yet consumed by the kernel, not where they are). The entries themselves are the
+// application's to write until io_uring_submit() publishes them.
+void QueuePair::stop_transport() noexcept {
   Core& c = *core_;
   io_uring& ring = c.shared ? *reactor_.ring() : c.ring;
   const auto lo = reinterpret_cast<uintptr_t>(c.slots.get());
@@ -455,8 +451,10 @@ void QueuePair::fail(std::error_code why, const char* detail) noexcept {
     io_uring_prep_nop(sqe);
     sqe->user_data = ud;
   }
-  if (listener_) listener_->on_queue_failed(*this, why);
-  if (c.inflight == 0) state_ = QpState::closed;
+}
+
+void QueuePair::settle() noexcept {
+  if (state_ == QpState::failed && core_->inflight == 0) state_ = QpState::closed;
 }
 
 int QueuePair::poll_fn(void* self) noexcept { return static_cast<QueuePair*>(self)->turn(); }
@@ -531,7 +529,7 @@ void QueuePair::on_completion(IoRequest& req, int res, uint64_t result) noexcept
     if (is_host_path_status(st)) fail(make_error_code(Errc::not_connected), "controller not live");
   }
   cqe.status_field = st.cqe_field();
-  if (state_ == QpState::failed && core_->inflight == 0) state_ = QpState::closed;
+  settle();
   if (req.on_complete) req.on_complete(req, cqe);
 }
 

@@ -20,6 +20,12 @@
 //
 // The kernel picks the hardware queue, so qid() is only the label given in QpConfig.
 //
+// Lifecycle: QueuePairLifecycle's state machine (transport/queue_pair_base.hpp), not
+// QueuePairBase's slot table and drain: the kernel cannot cancel a passthrough command, so a
+// failed pair's commands complete one by one as the kernel gives them back (each with
+// status::kHostPathError), and what they use (the ring, the slots) outlives the pair when it is
+// destroyed first.
+//
 // Kernel quirk: nvme-tcp may send a command on its socket from the submitting thread, without
 // MSG_NOSIGNAL, so a connection that breaks raises SIGPIPE in the reactor's thread. open() sets
 // SIGPIPE to SIG_IGN when it still has the default disposition (which would kill the process);
@@ -39,9 +45,9 @@
 #include <string>
 #include <vector>
 
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair_base.hpp"
 #include "reactor/reactor.hpp"
-#include "reactor/transport_limits.hpp"
+#include "transport/transport_limits.hpp"
 
 namespace nvmeof::uring {
 
@@ -51,7 +57,7 @@ inline constexpr uint32_t kDefaultMaxTransfer = 128u << 10;
 /// Ceiling on the limit read from sysfs (fabrics without MDTS report hundreds of MiB; larger
 /// commands only make the kernel pin and map more pages at once).
 inline constexpr uint32_t kMaxTransferCap = 1u << 20;
-/// Passthrough's limits as the rest of the library sees them (reactor/transport_limits.hpp):
+/// Passthrough's limits as the rest of the library sees them (transport/transport_limits.hpp):
 /// admin commands go to /dev/nvmeX, not on a queue pair of ours.
 inline constexpr TransportLimits kLimits{kMaxQueueDepth, 0, kDefaultMaxTransfer, kMaxTransferCap};
 
@@ -84,7 +90,7 @@ struct QpConfig {
 /// kMaxTransferCap; kDefaultMaxTransfer when sysfs does not say.
 uint32_t transfer_limit(const std::string& device, const std::string& sysfs_root);
 
-class QueuePair final : public nvmeof::QueuePair {
+class QueuePair final : public QueuePairLifecycle {
  public:
   /// Opens the device, reads its NSID (NVME_IOCTL_ID) and sets up the passthrough ring with the
   /// device as registered file 0. Returns the pair in QpState::connecting; call start() on the
@@ -108,11 +114,8 @@ class QueuePair final : public nvmeof::QueuePair {
   /// buffer. Returns 0, -ENOTCONN (not live), -EINVAL (data_len > max_transfer(), a buffer on a
   /// command that moves no data, or no buffer), -EAGAIN (depth commands outstanding).
   int submit(IoRequest& req) noexcept override;
-  /// The pair fails with errno ECANCELED (system category) unless it already failed. Commands
-  /// still in the kernel complete later, each with status::kHostPathError.
-  void close() noexcept override;
-  QpState state() const noexcept override { return state_; }
-  std::error_code error() const noexcept override { return error_; }
+  // close(), state(), error(), label(): QueuePairLifecycle. After close(), commands still in
+  // the kernel complete later, each with status::kHostPathError.
   uint16_t qid() const noexcept override { return cfg_.qid; }
   uint32_t depth() const noexcept override { return cfg_.depth; }
   uint32_t outstanding() const noexcept override;
@@ -131,8 +134,6 @@ class QueuePair final : public nvmeof::QueuePair {
   bool uses_registered_buffers() const noexcept { return use_fixed_ && !cfg_.buffers.empty(); }
   /// The namespace ID the kernel reports for the device.
   uint32_t nsid() const noexcept { return nsid_; }
-  /// "uring /dev/ng0n1", the prefix of this pair's log lines.
-  const std::string& label() const noexcept { return label_; }
 
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
@@ -150,13 +151,13 @@ class QueuePair final : public nvmeof::QueuePair {
   bool prep_sqe(io_uring_sqe* sqe, IoRequest& req, bool allow_fixed) noexcept;
   static void on_shared_cqe(IoHandler* h, const io_uring_cqe& cqe) noexcept;
   void on_completion(IoRequest& req, int res, uint64_t result) noexcept;
-  void fail(std::error_code why, const char* detail) noexcept;
+  // QueuePairLifecycle's hooks: commands queued but not yet sent become NOPs; closed once the
+  // kernel gave back every command.
+  void stop_transport() noexcept override;
+  void settle() noexcept override;
 
   Reactor& reactor_;
   QpConfig cfg_;
-  std::string label_;
-  QpState state_ = QpState::connecting;
-  std::error_code error_;
   uint32_t nsid_ = 0;
   uint32_t max_transfer_ = 0;
   uint16_t next_cid_ = 0;

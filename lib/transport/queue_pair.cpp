@@ -1,4 +1,4 @@
-#include "reactor/queue_pair.hpp"
+#include "transport/queue_pair.hpp"
 
 namespace nvmeof {
 

@@ -1,7 +1,7 @@
 // metrics.hpp in a library built without metrics support (meson -Dmetrics=disabled, or
 // prometheus-cpp absent with -Dmetrics=auto): an endpoint asked for fails the engine's or the
 // volume's start with Errc::unsupported, and says why in the log.
-#include "control/metrics.hpp"
+#include "observe/metrics.hpp"
 #include "core/log.hpp"
 
 namespace nvmeof::detail {

@@ -1,4 +1,4 @@
-#include "control/control_socket.hpp"
+#include "observe/control_socket.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "control/metrics.hpp"
+#include "observe/metrics.hpp"
 
 namespace nvmeof::detail {
 

@@ -1,4 +1,4 @@
-#include "control/metrics_families.hpp"
+#include "observe/metrics_families.hpp"
 
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>

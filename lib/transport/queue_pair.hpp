@@ -1,6 +1,6 @@
 // The queue-pair interface every transport implements (NVMe/TCP, NVMe/RDMA, io_uring
 // passthrough). The multipath layer talks to transports only through this. The fabric
-// transports share its lifecycle through QueuePairBase (reactor/queue_pair_base.hpp).
+// transports share its lifecycle through QueuePairBase (transport/queue_pair_base.hpp).
 //
 // Threading: a queue pair belongs to one Reactor and is used only from that reactor's thread
 // (submit, close, callbacks). No locks, no allocation per I/O.
