@@ -193,13 +193,13 @@ class Wire {
   // plaintext from now on). False with `why` empty when the kernel offers no kernel TLS (user
   // space goes on); false with `why` set when the socket was changed and is unusable.
   bool to_kernel(std::string& why) {
-    std::string detail;
     bool changed = false;
-    if (tls::enable_ktls(fd_, *tls_, &detail, &changed)) {
+    auto handed = tls::enable_ktls(fd_, *tls_, &changed);
+    if (handed) {
       tls_.reset();
       return true;
     }
-    if (changed) why = "kernel TLS refused the session's keys: " + detail;
+    if (changed) why = "kernel TLS refused the session's keys: " + handed.message();
     return false;
   }
 
