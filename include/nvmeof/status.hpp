@@ -132,9 +132,10 @@ inline std::error_code make_error_code(NvmeStatus s) noexcept {
 inline std::error_code errno_code(int err) noexcept { return {err, std::system_category()}; }
 
 /// Why a control-path operation failed: the error code callers branch on and, optionally, a text
-/// for people (logs, PathStats::last_connect_error, a tool's error line) that says more than
-/// the code's message. The text is shared and immutable, so a Result stays two words beside its
-/// value, copies cheaply, and allocates only when a failure has something to say.
+/// for people (a log line, a tool's error message) that says more than the code's message. The
+/// text sits behind one shared, immutable pointer rather than in a std::string, so a Result is
+/// only an error code and a pointer larger than its value, copies cheaply, and allocates only
+/// when a failure has something to say.
 struct ErrorInfo {
   std::error_code ec;
   std::shared_ptr<const std::string> detail;  ///< null when the code says it all
