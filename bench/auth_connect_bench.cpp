@@ -69,7 +69,12 @@ int main(int argc, char** argv) {
   TransportAddress addr;
   addr.traddr = "127.0.0.1";
   addr.trsvcid = std::to_string((*target)->port_number(0));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  if (!cp_made) {
+    std::fprintf(stderr, "%s\n", cp_made.message().c_str());
+    return 1;
+  }
+  ControlPlane& cp = **cp_made;
   auto reactor = Reactor::create();
   if (!reactor) return 1;
 

@@ -870,7 +870,9 @@ int main(int argc, char** argv) {
       co.subnqn = topts.subsystems[0].nqn;
       // The control plane's thread (keep-alives) must not share the pinned reactor's CPU.
       unpin_self();
-      cp = std::make_unique<nvmeof::ControlPlane>();
+      auto cp_made = nvmeof::ControlPlane::create();
+      if (!cp_made) return false;
+      cp = std::move(*cp_made);
       auto c = nvmeof::Controller::connect(*cp, *nvmeof::TransportAddress::parse(targets[k]->port_address(0)), co);
       pin_self(client_cpu);
       if (!c) {

@@ -101,8 +101,9 @@ struct ConnectOptions {
 /// keep-alives, and delivers asynchronous events. Many controllers share one.
 class ControlPlane {
  public:
-  /// Starts the thread. Throws std::system_error when io_uring is unavailable.
-  ControlPlane();
+  /// Starts the thread. Errors: the errno of io_uring set-up (e.g. ENOSYS, EPERM, ENOMEM when
+  /// io_uring is unavailable or refused) or of starting the thread, the detail naming which.
+  static Result<std::unique_ptr<ControlPlane>> create();
   ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -110,6 +111,7 @@ class ControlPlane {
 
  private:
   friend struct ControllerAccess;  // the library's own access to the internals
+  ControlPlane();  // create() starts it, so that a failure is a Result rather than a throw
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,15 +1,21 @@
 // Status and error types shared by every layer.
 //
-// Two kinds of failure exist and they are kept apart:
-//  * NvmeStatus: the raw 15-bit status field of a completion (CQE DW3 bits 31:17). The hot path
-//    hands it to the caller untouched. A failed transport completes outstanding commands with the
-//    NVMe "host pathing error" (SCT 3h, SC 70h), the status Linux uses for the same case.
-//  * std::error_code: the control path (connect, identify, discovery) returns Result<T>, an
-//    expected-like type. Codes come from three categories: errno (std::system_category), NVMe
-//    status (nvme_category(), value = raw status) and the library's own conditions (Errc).
+// Errors follow two conventions, and only two:
+//  * The hot path (submit, completions, PDU handling on a reactor) returns -errno or a small
+//    enum, and hands a completion's NvmeStatus (the raw 15-bit status field, CQE DW3 bits 31:17)
+//    to the caller untouched. A failed transport completes outstanding commands with the NVMe
+//    "host pathing error" (SCT 3h, SC 70h), the status Linux uses for the same case.
+//  * The control path (connect, authentication, identify, discovery, key and message parsing,
+//    setting up a control plane) returns Result<T>, an expected-like type: no bare
+//    std::error_code return, no text out-parameter, no constructor that throws. Its codes come
+//    from three categories: errno (std::system_category), NVMe status (nvme_category(), value =
+//    raw status) and the library's own conditions (Errc). A failure may carry a detail text
+//    beside its code (what exactly was wrong, for logs and users), which message() gives in
+//    place of the code's own message.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <type_traits>
@@ -125,13 +131,37 @@ inline std::error_code make_error_code(NvmeStatus s) noexcept {
 }
 inline std::error_code errno_code(int err) noexcept { return {err, std::system_category()}; }
 
-/// Result<T>: a value or an error code (expected-like). Result<void> carries only an error.
+/// Why a control-path operation failed: the error code callers branch on and, optionally, a text
+/// for people (a log line, a tool's error message) that says more than the code's message. The
+/// text sits behind one shared, immutable pointer rather than in a std::string, so a Result is
+/// only an error code and a pointer larger than its value, copies cheaply, and allocates only
+/// when a failure has something to say.
+struct ErrorInfo {
+  std::error_code ec;
+  std::shared_ptr<const std::string> detail;  ///< null when the code says it all
+
+  ErrorInfo() = default;
+  ErrorInfo(std::error_code c) : ec(c) {}  // NOLINT: implicit by design
+  ErrorInfo(std::error_code c, std::string text)
+      : ec(c), detail(text.empty() ? nullptr : std::make_shared<const std::string>(std::move(text))) {}
+  const std::string& text() const noexcept {
+    static const std::string kNone;
+    return detail ? *detail : kNone;
+  }
+  std::string message() const { return detail ? *detail : ec.message(); }
+};
+
+/// Result<T>: a value or an error (expected-like), the error optionally with a detail text.
+/// Result<void> carries only an error.
 template <class T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(std::error_code ec) : v_(ec) {}     // NOLINT
-  Result(Errc e) : v_(make_error_code(e)) {}  // NOLINT
+  Result(std::error_code ec) : v_(ErrorInfo{ec}) {}     // NOLINT
+  Result(Errc e) : v_(ErrorInfo{make_error_code(e)}) {}  // NOLINT
+  Result(std::error_code ec, std::string detail) : v_(ErrorInfo{ec, std::move(detail)}) {}
+  Result(Errc e, std::string detail) : v_(ErrorInfo{make_error_code(e), std::move(detail)}) {}
+  Result(ErrorInfo e) : v_(std::move(e)) {}  // NOLINT: passes another Result's failure on
 
   bool has_value() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return has_value(); }
@@ -143,25 +173,40 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   std::error_code error() const noexcept {
-    return has_value() ? std::error_code{} : std::get<1>(v_);
+    return has_value() ? std::error_code{} : std::get<1>(v_).ec;
   }
+  /// The detail text of a failure; empty on success or when the failure has none.
+  const std::string& detail() const noexcept {
+    static const std::string kNone;
+    return has_value() ? kNone : std::get<1>(v_).text();
+  }
+  /// The detail text when there is one, else the error code's message; empty on success.
+  std::string message() const { return has_value() ? std::string{} : std::get<1>(v_).message(); }
+  /// The failure (code and detail), to return from a caller of another Result type.
+  ErrorInfo failure() const { return has_value() ? ErrorInfo{} : std::get<1>(v_); }
 
  private:
-  std::variant<T, std::error_code> v_;
+  std::variant<T, ErrorInfo> v_;
 };
 
 template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(std::error_code ec) : ec_(ec) {}     // NOLINT
-  Result(Errc e) : ec_(make_error_code(e)) {}  // NOLINT
-  bool has_value() const noexcept { return !ec_; }
+  Result(std::error_code ec) : e_(ec) {}     // NOLINT
+  Result(Errc e) : e_(make_error_code(e)) {}  // NOLINT
+  Result(std::error_code ec, std::string detail) : e_(ec, std::move(detail)) {}
+  Result(Errc e, std::string detail) : e_(make_error_code(e), std::move(detail)) {}
+  Result(ErrorInfo e) : e_(std::move(e)) {}  // NOLINT
+  bool has_value() const noexcept { return !e_.ec; }
   explicit operator bool() const noexcept { return has_value(); }
-  std::error_code error() const noexcept { return ec_; }
+  std::error_code error() const noexcept { return e_.ec; }
+  const std::string& detail() const noexcept { return e_.text(); }
+  std::string message() const { return has_value() ? std::string{} : e_.message(); }
+  ErrorInfo failure() const { return e_; }
 
  private:
-  std::error_code ec_;
+  ErrorInfo e_;
 };
 
 }  // namespace nvmeof

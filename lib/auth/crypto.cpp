@@ -22,8 +22,8 @@ const char* md_name(HashId h) noexcept {
   }
 }
 
-void set_why(std::string* why, std::string text) {
-  if (!why) return;
+// The failure `text` with OpenSSL's own reason appended when it queued one.
+ErrorInfo failed(Errc code, std::string text) {
   const unsigned long e = ERR_get_error();
   if (e != 0) {
     char buf[256];
@@ -33,7 +33,7 @@ void set_why(std::string* why, std::string text) {
     text += ")";
   }
   ERR_clear_error();
-  *why = std::move(text);
+  return {make_error_code(code), std::move(text)};
 }
 
 struct PkeyCtxFree {
@@ -148,15 +148,13 @@ bool equal_secret(std::span<const uint8_t> a, std::span<const uint8_t> b) noexce
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::unique_ptr<DhKey> DhKey::generate(DhGroup g, std::string* why) {
+Result<std::unique_ptr<DhKey>> DhKey::generate(DhGroup g) {
   if (g == DhGroup::null || dh_length(g) == 0) {
-    set_why(why, "no Diffie-Hellman key in the null group");
-    return nullptr;
+    return failed(Errc::invalid_argument, "no Diffie-Hellman key in the null group");
   }
   PkeyCtxPtr ctx(EVP_PKEY_CTX_new_from_name(nullptr, "DH", nullptr));
   if (!ctx || EVP_PKEY_keygen_init(ctx.get()) != 1) {
-    set_why(why, "OpenSSL has no DH key generation");
-    return nullptr;
+    return failed(Errc::unsupported, "OpenSSL has no DH key generation");
   }
   // An exponent of twice the group's security strength (RFC 7919, 5.2: 225 bits for ffdhe2048
   // up to 400 for ffdhe8192) rather than one as long as the prime: the same strength, a
@@ -170,8 +168,7 @@ std::unique_ptr<DhKey> DhKey::generate(DhGroup g, std::string* why) {
       OSSL_PARAM_construct_end()};
   EVP_PKEY* raw = nullptr;
   if (EVP_PKEY_CTX_set_params(ctx.get(), params) != 1 || EVP_PKEY_generate(ctx.get(), &raw) != 1) {
-    set_why(why, std::string("OpenSSL could not generate a key in ") + dh_group_name(g));
-    return nullptr;
+    return failed(Errc::unsupported, std::string("OpenSSL could not generate a key in ") + dh_group_name(g));
   }
   PkeyPtr pkey(raw);
   // The encoded public key of a DH key is g^x mod p, big-endian, padded to the size of p.
@@ -179,8 +176,7 @@ std::unique_ptr<DhKey> DhKey::generate(DhGroup g, std::string* why) {
   const size_t n = EVP_PKEY_get1_encoded_public_key(pkey.get(), &enc);
   if (n != dh_length(g)) {
     OPENSSL_free(enc);
-    set_why(why, "OpenSSL returned a public value of unexpected length");
-    return nullptr;
+    return failed(Errc::unsupported, "OpenSSL returned a public value of unexpected length");
   }
   Bytes pub(enc, enc + n);
   OPENSSL_free(enc);
@@ -189,19 +185,17 @@ std::unique_ptr<DhKey> DhKey::generate(DhGroup g, std::string* why) {
 
 DhKey::~DhKey() { EVP_PKEY_free(static_cast<EVP_PKEY*>(pkey_)); }
 
-Bytes DhKey::shared_secret(std::span<const uint8_t> peer, std::string* why) const {
+Result<Bytes> DhKey::shared_secret(std::span<const uint8_t> peer) const {
   const size_t len = dh_length(group_);
   if (peer.size() != len) {
-    set_why(why, "Diffie-Hellman value of " + std::to_string(peer.size()) + " bytes, " +
+    return failed(Errc::invalid_argument, "Diffie-Hellman value of " + std::to_string(peer.size()) + " bytes, " +
                      dh_group_name(group_) + " needs " + std::to_string(len));
-    return {};
   }
   auto* own = static_cast<EVP_PKEY*>(pkey_);
   PkeyPtr peer_key(EVP_PKEY_new());
   if (!peer_key || EVP_PKEY_copy_parameters(peer_key.get(), own) != 1 ||
       EVP_PKEY_set1_encoded_public_key(peer_key.get(), peer.data(), peer.size()) != 1) {
-    set_why(why, "the peer's Diffie-Hellman value is not usable");
-    return {};
+    return failed(Errc::invalid_argument, "the peer's Diffie-Hellman value is not usable");
   }
   PkeyCtxPtr ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, own, nullptr));
   // The range check refuses 0, 1, p-1 and values of p or more. The ffdhe primes are safe
@@ -209,21 +203,18 @@ Bytes DhKey::shared_secret(std::span<const uint8_t> peer, std::string* why) cons
   // a modular exponentiation per side per queue (about 10 ms for ffdhe2048 here).
   PkeyCtxPtr check(EVP_PKEY_CTX_new_from_pkey(nullptr, peer_key.get(), nullptr));
   if (!ctx || !check || EVP_PKEY_public_check_quick(check.get()) != 1) {
-    set_why(why, "the peer's Diffie-Hellman value is not a valid public value of the group");
-    return {};
+    return failed(Errc::invalid_argument, "the peer's Diffie-Hellman value is not a valid public value of the group");
   }
   size_t out_len = 0;
   if (EVP_PKEY_derive_init(ctx.get()) != 1 || EVP_PKEY_CTX_set_dh_pad(ctx.get(), 1) != 1 ||
       // Checked above; EVP_PKEY_derive_set_peer would run the full check again.
       EVP_PKEY_derive_set_peer_ex(ctx.get(), peer_key.get(), 0) != 1 ||
       EVP_PKEY_derive(ctx.get(), nullptr, &out_len) != 1) {
-    set_why(why, "Diffie-Hellman derivation failed");
-    return {};
+    return failed(Errc::unsupported, "Diffie-Hellman derivation failed");
   }
   Bytes out(out_len);
   if (EVP_PKEY_derive(ctx.get(), out.data(), &out_len) != 1 || out_len != len) {
-    set_why(why, "Diffie-Hellman derivation failed");
-    return {};
+    return failed(Errc::unsupported, "Diffie-Hellman derivation failed");
   }
   return out;
 }

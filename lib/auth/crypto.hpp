@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "nvmeof/status.hpp"
+
 namespace nvmeof::auth {
 
 using Bytes = std::vector<uint8_t>;
@@ -59,8 +61,9 @@ std::span<const uint8_t> as_bytes(std::string_view s) noexcept;
 /// An ephemeral Diffie-Hellman key pair in one of the ffdhe groups.
 class DhKey {
  public:
-  /// Generates a key pair; nullptr (and `why`) when OpenSSL refuses, or for the null group.
-  static std::unique_ptr<DhKey> generate(DhGroup g, std::string* why);
+  /// Generates a key pair. Errors: unsupported when OpenSSL refuses, invalid_argument for the
+  /// null group; the detail says which.
+  static Result<std::unique_ptr<DhKey>> generate(DhGroup g);
   ~DhKey();
   DhKey(const DhKey&) = delete;
   DhKey& operator=(const DhKey&) = delete;
@@ -68,9 +71,10 @@ class DhKey {
   DhGroup group() const noexcept { return group_; }
   /// g^x mod p, big-endian, padded to dh_length(group).
   const Bytes& public_value() const noexcept { return public_; }
-  /// (peer)^x mod p, big-endian, padded to dh_length(group). Empty (and `why`) when the peer
-  /// value has the wrong length or is not a valid public value of the group.
-  Bytes shared_secret(std::span<const uint8_t> peer, std::string* why) const;
+  /// (peer)^x mod p, big-endian, padded to dh_length(group). Errors: invalid_argument when the
+  /// peer value has the wrong length or is not a valid public value of the group, unsupported
+  /// when OpenSSL fails to derive; the detail says which.
+  Result<Bytes> shared_secret(std::span<const uint8_t> peer) const;
 
  private:
   DhKey(DhGroup g, void* pkey, Bytes pub) : group_(g), pkey_(pkey), public_(std::move(pub)) {}

@@ -76,12 +76,11 @@ Step HostAuth::start() {
 }
 
 Step HostAuth::on_message(std::span<const uint8_t> m) {
-  std::string why;
-  auto id = message_id(m, &why);
-  if (!id) return fail(FailureReason::incorrect_payload, why, state_ != State::finished);
+  auto id = message_id(m);
+  if (!id) return fail(FailureReason::incorrect_payload, id.message(), state_ != State::finished);
   if (*id == msg::kFailure1) {
-    auto f = decode_failure(m, &why);
-    if (!f) return fail(FailureReason::incorrect_payload, why, false);
+    auto f = decode_failure(m);
+    if (!f) return fail(FailureReason::incorrect_payload, f.message(), false);
     return fail(f->reason, std::string("the controller refused us: ") + failure_reason_name(f->reason), false);
   }
   switch (state_) {
@@ -98,9 +97,8 @@ Step HostAuth::on_message(std::span<const uint8_t> m) {
 }
 
 Step HostAuth::on_challenge(std::span<const uint8_t> m) {
-  std::string why;
-  auto c = decode_challenge(m, &why);
-  if (!c) return fail(FailureReason::incorrect_payload, why, true);
+  auto c = decode_challenge(m);
+  if (!c) return fail(FailureReason::incorrect_payload, c.message(), true);
   if (c->tid != cfg_.tid)
     return fail(FailureReason::incorrect_payload, "Challenge of transaction " + std::to_string(c->tid), true);
   const auto hash = static_cast<HashId>(c->hash);
@@ -114,12 +112,12 @@ Step HostAuth::on_challenge(std::span<const uint8_t> m) {
   Reply r;
   r.tid = cfg_.tid;
   if (group != DhGroup::null) {
-    auto key = DhKey::generate(group, &why);
-    if (!key) return fail(FailureReason::dhgroup_unusable, why, true);
-    Bytes z = key->shared_secret(c->dhv, &why);
-    if (z.empty()) return fail(FailureReason::dhgroup_unusable, why, true);
-    session_hash_ = digest(hash, z);
-    r.dhv = key->public_value();
+    auto key = DhKey::generate(group);
+    if (!key) return fail(FailureReason::dhgroup_unusable, key.message(), true);
+    auto z = (*key)->shared_secret(c->dhv);
+    if (!z) return fail(FailureReason::dhgroup_unusable, z.message(), true);
+    session_hash_ = digest(hash, *z);
+    r.dhv = (*key)->public_value();
   }
   const Bytes kh = transform_secret(cfg_.host_secret, cfg_.hostnqn);
   r.response = dhchap_response(hash, kh, augmented(hash, session_hash_, c->c), c->seqnum, cfg_.tid,
@@ -139,9 +137,8 @@ Step HostAuth::on_challenge(std::span<const uint8_t> m) {
 }
 
 Step HostAuth::on_success1(std::span<const uint8_t> m) {
-  std::string why;
-  auto s = decode_success1(m, &why);
-  if (!s) return fail(FailureReason::incorrect_payload, why, true);
+  auto s = decode_success1(m);
+  if (!s) return fail(FailureReason::incorrect_payload, s.message(), true);
   if (s->tid != cfg_.tid)
     return fail(FailureReason::incorrect_payload, "Success1 of transaction " + std::to_string(s->tid), true);
   if (s->hl != hash_length(hash_))
@@ -174,17 +171,16 @@ Step ControllerAuth::fail(FailureReason r, std::string error) {
 }
 
 Step ControllerAuth::on_message(std::span<const uint8_t> m) {
-  std::string why;
-  auto id = message_id(m, &why);
-  if (!id) return fail(FailureReason::incorrect_payload, why);
+  auto id = message_id(m);
+  if (!id) return fail(FailureReason::incorrect_payload, id.message());
   if (m[0] == msg::kTypeCommon && *id == msg::kNegotiate) return on_negotiate(m);
   if (*id == msg::kFailure2) {
-    auto f = decode_failure(m, &why);
+    auto f = decode_failure(m);
     state_ = State::failed;
     Step s;
     s.kind = StepKind::failed;
     s.reason = f ? f->reason : FailureReason::incorrect_payload;
-    s.error = f ? std::string("the host refused us: ") + failure_reason_name(f->reason) : why;
+    s.error = f ? std::string("the host refused us: ") + failure_reason_name(f->reason) : f.message();
     return s;
   }
   if (state_ == State::await_reply && *id == msg::kReply) return on_reply(m);
@@ -194,11 +190,10 @@ Step ControllerAuth::on_message(std::span<const uint8_t> m) {
 }
 
 Step ControllerAuth::on_negotiate(std::span<const uint8_t> m) {
-  std::string why;
   state_ = State::await_negotiate;
   dh_.reset();
-  auto n = decode_negotiate(m, &why);
-  if (!n) return fail(FailureReason::incorrect_payload, why);
+  auto n = decode_negotiate(m);
+  if (!n) return fail(FailureReason::incorrect_payload, n.message());
   tid_ = n->tid;
   if (n->sc_c != 0) return fail(FailureReason::concat_mismatch, "secure channel concatenation is not supported");
   hash_ = HashId::none;
@@ -230,8 +225,9 @@ Step ControllerAuth::on_negotiate(std::span<const uint8_t> m) {
   if (!random_bytes(c1_)) return fail(FailureReason::failed, "the random source failed");
   c.c = c1_;
   if (group_ != DhGroup::null) {
-    dh_ = DhKey::generate(group_, &why);
-    if (!dh_) return fail(FailureReason::dhgroup_unusable, why);
+    auto key = DhKey::generate(group_);
+    if (!key) return fail(FailureReason::dhgroup_unusable, key.message());
+    dh_ = std::move(*key);
     c.dhv = dh_->public_value();
   }
   state_ = State::await_reply;
@@ -239,18 +235,17 @@ Step ControllerAuth::on_negotiate(std::span<const uint8_t> m) {
 }
 
 Step ControllerAuth::on_reply(std::span<const uint8_t> m) {
-  std::string why;
-  auto r = decode_reply(m, &why);
-  if (!r) return fail(FailureReason::incorrect_payload, why);
+  auto r = decode_reply(m);
+  if (!r) return fail(FailureReason::incorrect_payload, r.message());
   if (r->tid != tid_) return fail(FailureReason::incorrect_payload, "Reply of transaction " + std::to_string(r->tid));
   if (r->response.size() != hash_length(hash_))
     return fail(FailureReason::incorrect_payload, "Reply HL " + std::to_string(r->response.size()));
   Bytes session_hash;
   if (group_ != DhGroup::null) {
     if (r->dhv.empty()) return fail(FailureReason::incorrect_payload, "Reply without a DH value");
-    Bytes z = dh_->shared_secret(r->dhv, &why);
-    if (z.empty()) return fail(FailureReason::dhgroup_unusable, why);
-    session_hash = digest(hash_, z);
+    auto z = dh_->shared_secret(r->dhv);
+    if (!z) return fail(FailureReason::dhgroup_unusable, z.message());
+    session_hash = digest(hash_, *z);
   } else if (!r->dhv.empty()) {
     return fail(FailureReason::incorrect_payload, "Reply with a DH value in the null group");
   }
@@ -279,9 +274,8 @@ Step ControllerAuth::on_reply(std::span<const uint8_t> m) {
 }
 
 Step ControllerAuth::on_success2(std::span<const uint8_t> m) {
-  std::string why;
-  auto s = decode_success2(m, &why);
-  if (!s) return fail(FailureReason::incorrect_payload, why);
+  auto s = decode_success2(m);
+  if (!s) return fail(FailureReason::incorrect_payload, s.message());
   if (s->tid != tid_) return fail(FailureReason::incorrect_payload, "Success2 of transaction " + std::to_string(s->tid));
   state_ = State::authenticated;
   return done({});

@@ -160,10 +160,9 @@ inline constexpr size_t kAuthReceiveLength = 4096;
 /// queue in the log line a failure writes. Errors: Errc::authentication_failed (the controller
 /// refused us with a Failure1, or we refused it: a wrong controller response, an unusable
 /// hash or group, a malformed message; we then sent Failure2), or whatever `send` or
-/// `receive` returned (timeouts and closed connections are theirs). `why`, when given, gets a
-/// one-line reason.
+/// `receive` returned (timeouts and closed connections are theirs); the detail is a one-line
+/// reason.
 Result<void> run_host_authentication(const HostAuthConfig& cfg, uint16_t qid, uint16_t cntlid,
-                                     const AuthSend& send, const AuthReceive& receive,
-                                     std::string* why = nullptr);
+                                     const AuthSend& send, const AuthReceive& receive);
 
 }  // namespace nvmeof::auth

@@ -7,13 +7,12 @@
 namespace nvmeof::auth {
 
 Result<void> run_host_authentication(const HostAuthConfig& cfg, uint16_t qid, uint16_t cntlid,
-                                     const AuthSend& send_fn, const AuthReceive& receive_fn, std::string* why) {
+                                     const AuthSend& send_fn, const AuthReceive& receive_fn) {
   HostAuth host(cfg);
   Step step = host.start();
   auto failed = [&](std::string text, std::error_code ec) -> Result<void> {
     detail::log_warning("DH-HMAC-CHAP: %s qid %u cntlid %u: %s", cfg.subnqn.c_str(), qid, cntlid, text.c_str());
-    if (why) *why = std::move(text);
-    return ec;
+    return {ec, std::move(text)};
   };
   while (step.kind == StepKind::send) {
     if (auto r = send_fn(step.out); !r) return failed("Authentication Send failed: " + r.error().message(), r.error());

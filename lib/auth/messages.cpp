@@ -19,9 +19,8 @@ void put32(Bytes& m, size_t at, uint32_t v) noexcept {
   for (size_t i = 0; i < 4; ++i) m[at + i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-Errc bad(std::string* why, const char* what, std::string text) {
-  if (why) *why = std::string(what) + ": " + std::move(text);
-  return Errc::invalid_argument;
+ErrorInfo bad(const char* what, std::string text) {
+  return {make_error_code(Errc::invalid_argument), std::string(what) + ": " + std::move(text)};
 }
 
 Bytes header(size_t size, uint8_t type, uint8_t id, uint16_t tid) {
@@ -32,19 +31,15 @@ Bytes header(size_t size, uint8_t type, uint8_t id, uint16_t tid) {
   return m;
 }
 
-// Checks size, type and id of a DH-HMAC-CHAP message; false (and `why`) if it is not one.
-bool expect(std::span<const uint8_t> m, size_t fixed, uint8_t id, const char* what, std::string* why) {
-  if (m.size() < fixed) {
-    bad(why, what, std::to_string(m.size()) + " bytes, shorter than its " + std::to_string(fixed) +
-                       "-byte header");
-    return false;
-  }
-  if (m[0] != msg::kTypeDhchap || m[1] != id) {
-    bad(why, what, "AUTH_TYPE " + std::to_string(m[0]) + " AUTH_ID " + std::to_string(m[1]) +
-                       " is another message");
-    return false;
-  }
-  return true;
+// Checks size, type and id of a DH-HMAC-CHAP message; the reason when it is not one.
+Result<void> expect(std::span<const uint8_t> m, size_t fixed, uint8_t id, const char* what) {
+  if (m.size() < fixed)
+    return bad(what, std::to_string(m.size()) + " bytes, shorter than its " + std::to_string(fixed) +
+                         "-byte header");
+  if (m[0] != msg::kTypeDhchap || m[1] != id)
+    return bad(what, "AUTH_TYPE " + std::to_string(m[0]) + " AUTH_ID " + std::to_string(m[1]) +
+                         " is another message");
+  return {};
 }
 
 bool hl_valid(uint8_t hl) noexcept { return hl == 32 || hl == 48 || hl == 64; }
@@ -65,11 +60,11 @@ const char* failure_reason_name(FailureReason r) noexcept {
   return "unknown reason";
 }
 
-Result<uint8_t> message_id(std::span<const uint8_t> m, std::string* why) {
+Result<uint8_t> message_id(std::span<const uint8_t> m) {
   if (m.size() < msg::kHeaderSize)
-    return bad(why, "authentication message", std::to_string(m.size()) + " bytes, shorter than 8");
+    return bad("authentication message", std::to_string(m.size()) + " bytes, shorter than 8");
   if (m[0] != msg::kTypeCommon && m[0] != msg::kTypeDhchap)
-    return bad(why, "authentication message", "unknown AUTH_TYPE " + std::to_string(m[0]));
+    return bad("authentication message", "unknown AUTH_TYPE " + std::to_string(m[0]));
   return m[1];
 }
 
@@ -88,19 +83,19 @@ Bytes encode(const Negotiate& n) {
   return m;
 }
 
-Result<Negotiate> decode_negotiate(std::span<const uint8_t> m, std::string* why) {
+Result<Negotiate> decode_negotiate(std::span<const uint8_t> m) {
   constexpr const char* kWhat = "AUTH_Negotiate";
   if (m.size() < msg::kNegotiateSize)
-    return bad(why, kWhat, std::to_string(m.size()) + " bytes, shorter than its 8-byte header");
+    return bad(kWhat, std::to_string(m.size()) + " bytes, shorter than its 8-byte header");
   if (m[0] != msg::kTypeCommon || m[1] != msg::kNegotiate)
-    return bad(why, kWhat, "AUTH_TYPE/AUTH_ID is another message");
+    return bad(kWhat, "AUTH_TYPE/AUTH_ID is another message");
   Negotiate n;
   n.tid = get16(m, 4);
   n.sc_c = m[6];
   const size_t napd = m[7];
-  if (napd == 0) return bad(why, kWhat, "no protocol descriptor (NAPD 0)");
+  if (napd == 0) return bad(kWhat, "no protocol descriptor (NAPD 0)");
   if (m.size() < msg::kNegotiateSize + napd * msg::kDescriptorSize)
-    return bad(why, kWhat, std::to_string(m.size()) + " bytes, NAPD " + std::to_string(napd) +
+    return bad(kWhat, std::to_string(m.size()) + " bytes, NAPD " + std::to_string(napd) +
                                " needs " + std::to_string(msg::kNegotiateSize + napd * msg::kDescriptorSize));
   for (size_t i = 0; i < napd; ++i) {
     const size_t d = msg::kNegotiateSize + i * msg::kDescriptorSize;
@@ -108,7 +103,7 @@ Result<Negotiate> decode_negotiate(std::span<const uint8_t> m, std::string* why)
     const size_t halen = m[d + 2];
     const size_t dhlen = m[d + 3];
     if (halen > msg::kMaxIds || dhlen > msg::kMaxIds)
-      return bad(why, kWhat, "HALEN " + std::to_string(halen) + " or DHLEN " + std::to_string(dhlen) +
+      return bad(kWhat, "HALEN " + std::to_string(halen) + " or DHLEN " + std::to_string(dhlen) +
                                  " above 30");
     n.hashes.assign(m.begin() + static_cast<ptrdiff_t>(d + 4),
                     m.begin() + static_cast<ptrdiff_t>(d + 4 + halen));
@@ -116,7 +111,7 @@ Result<Negotiate> decode_negotiate(std::span<const uint8_t> m, std::string* why)
                     m.begin() + static_cast<ptrdiff_t>(d + 4 + msg::kMaxIds + dhlen));
     return n;
   }
-  return bad(why, kWhat, "no DH-HMAC-CHAP protocol descriptor");
+  return bad(kWhat, "no DH-HMAC-CHAP protocol descriptor");
 }
 
 Bytes encode(const Challenge& c) {
@@ -131,9 +126,9 @@ Bytes encode(const Challenge& c) {
   return m;
 }
 
-Result<Challenge> decode_challenge(std::span<const uint8_t> m, std::string* why) {
+Result<Challenge> decode_challenge(std::span<const uint8_t> m) {
   constexpr const char* kWhat = "DH-HMAC-CHAP_Challenge";
-  if (!expect(m, msg::kChallengeSize, msg::kChallenge, kWhat, why)) return Errc::invalid_argument;
+  if (auto e = expect(m, msg::kChallengeSize, msg::kChallenge, kWhat); !e) return e.failure();
   Challenge c;
   c.tid = get16(m, 4);
   const uint8_t hl = m[6];
@@ -141,14 +136,14 @@ Result<Challenge> decode_challenge(std::span<const uint8_t> m, std::string* why)
   c.group = m[9];
   const size_t dhvlen = get16(m, 10);
   c.seqnum = get32(m, 12);
-  if (!hl_valid(hl)) return bad(why, kWhat, "HL " + std::to_string(hl) + " is no hash length");
+  if (!hl_valid(hl)) return bad(kWhat, "HL " + std::to_string(hl) + " is no hash length");
   if (is_known_hash(c.hash) && hash_length(static_cast<HashId>(c.hash)) != hl)
-    return bad(why, kWhat, "HL " + std::to_string(hl) + " does not match HASHID " + std::to_string(c.hash));
+    return bad(kWhat, "HL " + std::to_string(hl) + " does not match HASHID " + std::to_string(c.hash));
   if (is_known_dh_group(c.group) && dhvlen != dh_length(static_cast<DhGroup>(c.group)))
-    return bad(why, kWhat, "DHVLEN " + std::to_string(dhvlen) + " does not match DHGID " +
+    return bad(kWhat, "DHVLEN " + std::to_string(dhvlen) + " does not match DHGID " +
                                std::to_string(c.group));
   if (m.size() < msg::kChallengeSize + hl + dhvlen)
-    return bad(why, kWhat, std::to_string(m.size()) + " bytes, HL and DHVLEN need " +
+    return bad(kWhat, std::to_string(m.size()) + " bytes, HL and DHVLEN need " +
                                std::to_string(msg::kChallengeSize + hl + dhvlen));
   const auto* p = m.data() + msg::kChallengeSize;
   c.c.assign(p, p + hl);
@@ -170,19 +165,19 @@ Bytes encode(const Reply& r) {
   return m;
 }
 
-Result<Reply> decode_reply(std::span<const uint8_t> m, std::string* why) {
+Result<Reply> decode_reply(std::span<const uint8_t> m) {
   constexpr const char* kWhat = "DH-HMAC-CHAP_Reply";
-  if (!expect(m, msg::kReplySize, msg::kReply, kWhat, why)) return Errc::invalid_argument;
+  if (auto e = expect(m, msg::kReplySize, msg::kReply, kWhat); !e) return e.failure();
   Reply r;
   r.tid = get16(m, 4);
   const uint8_t hl = m[6];
   r.cvalid = m[8] != 0;
   const size_t dhvlen = get16(m, 10);
   r.seqnum = get32(m, 12);
-  if (!hl_valid(hl)) return bad(why, kWhat, "HL " + std::to_string(hl) + " is no hash length");
-  if (m[8] > 1) return bad(why, kWhat, "CVALID " + std::to_string(m[8]));
+  if (!hl_valid(hl)) return bad(kWhat, "HL " + std::to_string(hl) + " is no hash length");
+  if (m[8] > 1) return bad(kWhat, "CVALID " + std::to_string(m[8]));
   if (m.size() < msg::kReplySize + 2u * hl + dhvlen)
-    return bad(why, kWhat, std::to_string(m.size()) + " bytes, HL and DHVLEN need " +
+    return bad(kWhat, std::to_string(m.size()) + " bytes, HL and DHVLEN need " +
                                std::to_string(msg::kReplySize + 2u * hl + dhvlen));
   const auto* p = m.data() + msg::kReplySize;
   r.response.assign(p, p + hl);
@@ -200,18 +195,18 @@ Bytes encode(const Success1& s) {
   return m;
 }
 
-Result<Success1> decode_success1(std::span<const uint8_t> m, std::string* why) {
+Result<Success1> decode_success1(std::span<const uint8_t> m) {
   constexpr const char* kWhat = "DH-HMAC-CHAP_Success1";
-  if (!expect(m, msg::kSuccess1Size, msg::kSuccess1, kWhat, why)) return Errc::invalid_argument;
+  if (auto e = expect(m, msg::kSuccess1Size, msg::kSuccess1, kWhat); !e) return e.failure();
   Success1 s;
   s.tid = get16(m, 4);
   s.hl = m[6];
   s.rvalid = m[8] != 0;
-  if (m[8] > 1) return bad(why, kWhat, "RVALID " + std::to_string(m[8]));
+  if (m[8] > 1) return bad(kWhat, "RVALID " + std::to_string(m[8]));
   if (s.rvalid) {
-    if (!hl_valid(s.hl)) return bad(why, kWhat, "HL " + std::to_string(s.hl) + " is no hash length");
+    if (!hl_valid(s.hl)) return bad(kWhat, "HL " + std::to_string(s.hl) + " is no hash length");
     if (m.size() < msg::kSuccess1Size + s.hl)
-      return bad(why, kWhat, std::to_string(m.size()) + " bytes, HL needs " +
+      return bad(kWhat, std::to_string(m.size()) + " bytes, HL needs " +
                                  std::to_string(msg::kSuccess1Size + s.hl));
     s.response.assign(m.begin() + msg::kSuccess1Size, m.begin() + msg::kSuccess1Size + s.hl);
   }
@@ -220,8 +215,8 @@ Result<Success1> decode_success1(std::span<const uint8_t> m, std::string* why) {
 
 Bytes encode(const Success2& s) { return header(msg::kSuccess2Size, msg::kTypeDhchap, msg::kSuccess2, s.tid); }
 
-Result<Success2> decode_success2(std::span<const uint8_t> m, std::string* why) {
-  if (!expect(m, msg::kSuccess2Size, msg::kSuccess2, "DH-HMAC-CHAP_Success2", why)) return Errc::invalid_argument;
+Result<Success2> decode_success2(std::span<const uint8_t> m) {
+  if (auto e = expect(m, msg::kSuccess2Size, msg::kSuccess2, "DH-HMAC-CHAP_Success2"); !e) return e.failure();
   return Success2{get16(m, 4)};
 }
 
@@ -232,13 +227,13 @@ Bytes encode(const Failure& f) {
   return m;
 }
 
-Result<Failure> decode_failure(std::span<const uint8_t> m, std::string* why) {
+Result<Failure> decode_failure(std::span<const uint8_t> m) {
   constexpr const char* kWhat = "AUTH_Failure";
   if (m.size() < msg::kFailureSize)
-    return bad(why, kWhat, std::to_string(m.size()) + " bytes, shorter than 8");
+    return bad(kWhat, std::to_string(m.size()) + " bytes, shorter than 8");
   if ((m[0] != msg::kTypeCommon && m[0] != msg::kTypeDhchap) ||
       (m[1] != msg::kFailure1 && m[1] != msg::kFailure2))
-    return bad(why, kWhat, "AUTH_TYPE/AUTH_ID is another message");
+    return bad(kWhat, "AUTH_TYPE/AUTH_ID is another message");
   Failure f;
   f.id = m[1];
   f.tid = get16(m, 4);

@@ -101,8 +101,8 @@ struct Failure {
 };
 
 /// The AUTH_ID of a message (its second byte) after checking the common 8-byte header and
-/// AUTH_TYPE. Errors: invalid_argument with `why`.
-Result<uint8_t> message_id(std::span<const uint8_t> m, std::string* why = nullptr);
+/// AUTH_TYPE. Errors: invalid_argument, its detail saying what is wrong.
+Result<uint8_t> message_id(std::span<const uint8_t> m);
 
 Bytes encode(const Negotiate& m);
 Bytes encode(const Challenge& m);
@@ -111,16 +111,16 @@ Bytes encode(const Success1& m);
 Bytes encode(const Success2& m);
 Bytes encode(const Failure& m);
 
-/// Each refuses (Errc::invalid_argument, `why` says what) a message of another type or id,
+/// Each refuses (Errc::invalid_argument, the detail says what) a message of another type or id,
 /// one shorter than it declares, and fields out of range (HL not a hash length, HL that does
 /// not match HASHID, DHVLEN not the group's length, more than 30 ids, no DH-HMAC-CHAP
 /// protocol descriptor).
-Result<Negotiate> decode_negotiate(std::span<const uint8_t> m, std::string* why = nullptr);
-Result<Challenge> decode_challenge(std::span<const uint8_t> m, std::string* why = nullptr);
-Result<Reply> decode_reply(std::span<const uint8_t> m, std::string* why = nullptr);
-Result<Success1> decode_success1(std::span<const uint8_t> m, std::string* why = nullptr);
-Result<Success2> decode_success2(std::span<const uint8_t> m, std::string* why = nullptr);
+Result<Negotiate> decode_negotiate(std::span<const uint8_t> m);
+Result<Challenge> decode_challenge(std::span<const uint8_t> m);
+Result<Reply> decode_reply(std::span<const uint8_t> m);
+Result<Success1> decode_success1(std::span<const uint8_t> m);
+Result<Success2> decode_success2(std::span<const uint8_t> m);
 /// Failure1 or Failure2 (either AUTH_TYPE, as peers differ).
-Result<Failure> decode_failure(std::span<const uint8_t> m, std::string* why = nullptr);
+Result<Failure> decode_failure(std::span<const uint8_t> m);
 
 }  // namespace nvmeof::auth

@@ -25,12 +25,12 @@ struct Secret {
 
 /// Parses and validates the interchange form (surrounding white space is ignored, so the
 /// contents of a key file may be passed as read). Errors: Errc::invalid_argument, with what
-/// was wrong in `why` (not DHHC-1, unknown transform, bad base64, key length, CRC-32).
-Result<Secret> parse_secret(std::string_view text, std::string* why = nullptr);
+/// was wrong as the detail (not DHHC-1, unknown transform, bad base64, key length, CRC-32).
+Result<Secret> parse_secret(std::string_view text);
 
 /// Reads a file holding one secret (as nvme-cli writes it). Errors: the errno of open/read,
 /// or parse_secret's.
-Result<Secret> read_secret_file(const std::string& path, std::string* why = nullptr);
+Result<Secret> read_secret_file(const std::string& path);
 
 /// The interchange form of `s` (CRC-32 appended, base64, trailing colon).
 std::string format_secret(const Secret& s);
@@ -40,8 +40,7 @@ std::string format_secret(const Secret& s);
 /// that hash's length), transformed once with `nqn` when a transform is named (nvme-cli's
 /// generated keys are such a transformed value). Errors: invalid_argument (lengths),
 /// unsupported (the random source failed).
-Result<Secret> generate_secret(HashId transform, size_t key_len, std::string_view nqn,
-                               std::string* why = nullptr);
+Result<Secret> generate_secret(HashId transform, size_t key_len, std::string_view nqn);
 
 /// The key DH-HMAC-CHAP uses: HMAC-transform(key, nqn || "NVMe-over-Fabrics"), or the key
 /// itself when the transform is none.

@@ -238,7 +238,7 @@ bool fill_options(const nvmeof_volume_options* o, VolumeOptions& vo) {
 int finish_open(Result<std::unique_ptr<Volume>> r, const nvmeof_volume_options* o,
                 nvmeof_volume** out) {
   if (!r) {
-    detail::log_warning("nvmeof: open: %s", r.error().message().c_str());
+    detail::log_warning("nvmeof: open: %s", r.message().c_str());
     return to_errno(r.error());
   }
   std::unique_ptr<nvmeof_volume> v;
@@ -295,9 +295,6 @@ int open_paths(std::shared_ptr<Host> host, const char* const* paths, size_t npat
     return finish_open(host ? Volume::open(std::move(host), vo) : Volume::open(vo), o, out);
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
-  } catch (const std::system_error& e) {
-    note_error(e.what());
-    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
 
@@ -318,9 +315,6 @@ int open_discovered(std::shared_ptr<Host> host, const char* discovery, const nvm
                        o, out);
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
-  } catch (const std::system_error& e) {
-    note_error(e.what());
-    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
 
@@ -475,7 +469,7 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
     if (o->metrics_listen) ho.metrics_listen = o->metrics_listen;
     auto made = Host::create(ho);
     if (!made) {
-      detail::log_warning("nvmeof: host: %s", made.error().message().c_str());
+      detail::log_warning("nvmeof: host: %s", made.message().c_str());
       return to_errno(made.error());
     }
     auto h = std::make_unique<nvmeof_host>();
@@ -485,9 +479,6 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
     return 0;
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
-  } catch (const std::system_error& e) {
-    note_error(e.what());
-    return e.code().category() == std::system_category() ? -e.code().value() : -EIO;
   }
 }
 

@@ -35,28 +35,41 @@ void ControlPlane::Impl::arm_notify() {
                      });
 }
 
-ControlPlane::ControlPlane() : impl_(std::make_unique<Impl>()) {
-  Impl& im = *impl_;
+ControlPlane::ControlPlane() : impl_(std::make_unique<Impl>()) {}
+
+// A plane that fails half-way is destroyed like any other: without a thread, the destructor
+// only releases what was made.
+Result<std::unique_ptr<ControlPlane>> ControlPlane::create() {
+  std::unique_ptr<ControlPlane> cp(new ControlPlane());
+  Impl& im = *cp->impl_;
   ReactorOptions ro;
   ro.ring_entries = 256;
   ro.post_capacity = 1024;
   ro.notify = CompletionNotify::eventfd;
   auto r = Reactor::create(ro);
-  if (!r) throw std::system_error(r.error(), "nvmeof: control plane reactor");
+  if (!r) return {r.error(), "nvmeof: control plane reactor: " + r.message()};
   im.reactor = std::move(*r);
   const int fd = ::dup(im.reactor->notify_fd());
-  if (fd < 0) throw std::system_error(errno_code(errno), "nvmeof: control plane eventfd");
+  if (fd < 0) {
+    const std::error_code ec = errno_code(errno);
+    return {ec, "nvmeof: control plane eventfd: " + ec.message()};
+  }
   im.notify = std::make_unique<boost::asio::posix::stream_descriptor>(im.io, fd);
   im.work.emplace(im.io.get_executor());
   std::promise<void> started;
   auto fut = started.get_future();
-  im.thread = std::thread([&im, &started] {
-    im.thread_id = std::this_thread::get_id();
-    im.arm_notify();
-    started.set_value();
-    im.io.run();
-  });
+  try {
+    im.thread = std::thread([&im, &started] {
+      im.thread_id = std::this_thread::get_id();
+      im.arm_notify();
+      started.set_value();
+      im.io.run();
+    });
+  } catch (const std::system_error& e) {  // std::thread reports a thread it cannot start so
+    return {e.code(), std::string("nvmeof: control plane thread: ") + e.what()};
+  }
   fut.get();
+  return cp;
 }
 
 ControlPlane::~ControlPlane() {

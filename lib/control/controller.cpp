@@ -98,9 +98,8 @@ Result<auth::Secret> load_secret(const std::string& text, const char* what) {
                                 key.error().message().c_str());
     return key.error();
   }
-  std::string why;
-  auto s = auth::parse_secret(*key, &why);
-  if (!s) nvmeof::detail::log_warning("nvmeof: %s: %s\n", what, why.empty() ? s.error().message().c_str() : why.c_str());
+  auto s = auth::parse_secret(*key);
+  if (!s) nvmeof::detail::log_warning("nvmeof: %s: %s\n", what, s.message().c_str());
   return s;
 }
 
@@ -125,7 +124,7 @@ Result<fabric::Authenticator> make_authenticator(const ConnectOptions& o) {
   auto tid = std::make_shared<std::atomic<uint16_t>>(0);
   return fabric::Authenticator(
       [host = std::move(*host), ctrl = std::move(ctrl), tid](
-          fabric::CommandChannel& ch, const fabric::PostConnect& ctx) -> std::error_code {
+          fabric::CommandChannel& ch, const fabric::PostConnect& ctx) -> Result<void> {
         auth::HostAuthConfig cfg;
         cfg.hostnqn = std::string(ctx.hostnqn);
         cfg.subnqn = std::string(ctx.subnqn);
@@ -133,16 +132,14 @@ Result<fabric::Authenticator> make_authenticator(const ConnectOptions& o) {
         cfg.ctrl_secret = ctrl;
         cfg.tid = tid->fetch_add(1);
         auto send = [&](std::span<const uint8_t> m) -> Result<void> {
-          if (auto ec = fabric::auth_send(ch, m, ctx.deadline)) return ec;
-          return {};
+          return fabric::auth_send(ch, m, ctx.deadline);
         };
         auto receive = [&](size_t max_len) -> Result<auth::Bytes> {
           auth::Bytes buf(max_len);
-          if (auto ec = fabric::auth_receive(ch, buf, ctx.deadline)) return ec;
+          if (auto r = fabric::auth_receive(ch, buf, ctx.deadline); !r) return r.failure();
           return buf;
         };
-        auto r = auth::run_host_authentication(cfg, ctx.qid, ctx.cntlid, send, receive);
-        return r ? std::error_code{} : r.error();
+        return auth::run_host_authentication(cfg, ctx.qid, ctx.cntlid, send, receive);
       });
 }
 

@@ -10,22 +10,23 @@
 namespace nvmeof::fabric {
 namespace {
 
-std::error_code logged(std::string_view label, std::error_code ec, const std::string& why) {
+ErrorInfo logged(std::string_view label, std::error_code ec, std::string why) {
   nvmeof::detail::log_warning("nvmeof: %.*s: %s\n", static_cast<int>(label.size()), label.data(),
                               why.c_str());
-  return ec;
+  return {ec, std::move(why)};
 }
 
-std::error_code status_error(const Result<Cqe>& r) {
-  if (!r) return r.error();
+Result<void> status_error(const Result<Cqe>& r) {
+  if (!r) return r.failure();
   const NvmeStatus st = r.value().status();
-  return st.is_success() ? std::error_code{} : make_error_code(st);
+  if (st.is_success()) return {};
+  return make_error_code(st);
 }
 
 }  // namespace
 
-std::error_code build_connect(const ConnectParams& p, Sqe& cmd,
-                              std::array<uint8_t, kConnectDataLen>& data) {
+Result<void> build_connect(const ConnectParams& p, Sqe& cmd,
+                           std::array<uint8_t, kConnectDataLen>& data) {
   if (p.depth < 1 || p.depth > 65536 || p.subnqn.empty() || p.subnqn.size() > kNqnMaxLen ||
       p.hostnqn.size() > kNqnMaxLen)
     return make_error_code(Errc::invalid_argument);
@@ -52,23 +53,23 @@ Result<ConnectResponse> parse_connect_response(const Cqe& cqe) {
   return r;
 }
 
-std::error_code post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth) {
+Result<void> post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth) {
   if (auth) return auth(ch, ctx);
   if (ctx.response.auth_required || ctx.response.secure_channel_required)
     return make_error_code(Errc::authentication_required);
   return {};
 }
 
-std::error_code auth_send(CommandChannel& ch, std::span<const uint8_t> msg,
-                          Clock::time_point deadline) {
+Result<void> auth_send(CommandChannel& ch, std::span<const uint8_t> msg,
+                       Clock::time_point deadline) {
   if (msg.empty()) return make_error_code(Errc::invalid_argument);
   Sqe c;
   prep_auth_send(c, static_cast<uint32_t>(msg.size()));
   return status_error(ch.execute(c, msg, {}, deadline));
 }
 
-std::error_code auth_receive(CommandChannel& ch, std::span<uint8_t> buf,
-                             Clock::time_point deadline) {
+Result<void> auth_receive(CommandChannel& ch, std::span<uint8_t> buf,
+                          Clock::time_point deadline) {
   if (buf.empty()) return make_error_code(Errc::invalid_argument);
   Sqe c;
   prep_auth_receive(c, static_cast<uint32_t>(buf.size()));
@@ -80,18 +81,19 @@ Result<ConnectResponse> connect_queue(CommandChannel& ch, const ConnectParams& p
                                       std::string_view label) {
   Sqe cmd;
   std::array<uint8_t, kConnectDataLen> data;
-  if (auto ec = build_connect(p, cmd, data))
-    return logged(label, ec, "invalid Connect: queue depth " + std::to_string(p.depth) +
+  if (auto built = build_connect(p, cmd, data); !built)
+    return logged(label, built.error(), "invalid Connect: queue depth " + std::to_string(p.depth) +
                                  ", or an NQN empty or longer than 223 bytes");
   auto cqe = ch.execute(cmd, data, {}, deadline);
   if (!cqe) return cqe.error();  // the channel logged why
   auto rsp = parse_connect_response(cqe.value());
   if (!rsp) return logged(label, rsp.error(), "Connect rejected: " + to_string(cqe.value().status()));
   const PostConnect ctx{p.hostnqn, p.subnqn, p.qid, rsp.value().cntlid, rsp.value(), deadline, label};
-  if (auto ec = post_connect(ch, ctx, auth)) {
+  if (auto done = post_connect(ch, ctx, auth); !done) {
+    const std::error_code ec = done.error();
     if (ec == make_error_code(Errc::authentication_required))
       return logged(label, ec, "the controller requires authentication (DH-HMAC-CHAP) but no key is configured");
-    return logged(label, ec, "authentication failed: " + ec.message());
+    return logged(label, ec, "authentication failed: " + done.message());
   }
   return rsp;
 }

@@ -16,9 +16,9 @@
 // DH-HMAC-CHAP host state machine is such an Authenticator: it exchanges its messages with
 // auth_send() (Authentication Send, fctype 05h) and auth_receive() (Authentication Receive,
 // fctype 06h), both with SECP E9h, SPSP0 01h, SPSP1 01h and TL/AL in CDW11, on the very queue
-// being set up (admin and every I/O queue alike), and returns an empty error_code when the
-// transaction succeeded (the queue then goes live) or the reason it did not (the transport closes
-// the queue and connect() fails with it).
+// being set up (admin and every I/O queue alike), and returns success when the transaction
+// succeeded (the queue then goes live) or the reason it did not, its detail saying what went
+// wrong (the transport closes the queue and connect() fails with it).
 //
 // Threading: everything here runs on the connecting thread, blocking up to the deadline.
 #pragma once
@@ -64,8 +64,8 @@ struct ConnectParams {
 /// Fills the Connect command (without its data pointer: the transport sets the SGL) and its
 /// 1024-byte data (host id, cntlid, subnqn, hostnqn). invalid_argument when depth is out of
 /// range, subnqn is empty or an NQN is longer than kNqnMaxLen.
-std::error_code build_connect(const ConnectParams& p, Sqe& cmd,
-                              std::array<uint8_t, kConnectDataLen>& data);
+Result<void> build_connect(const ConnectParams& p, Sqe& cmd,
+                           std::array<uint8_t, kConnectDataLen>& data);
 
 /// The Connect response.
 struct ConnectResponse {
@@ -113,23 +113,24 @@ struct PostConnect {
   std::string_view label;      ///< "tcp 127.0.0.1:4420 qid 1": the prefix of log lines
 };
 
-/// Runs after Connect on each queue; an empty error_code lets the queue go live.
-using Authenticator = std::function<std::error_code(CommandChannel&, const PostConnect&)>;
+/// Runs after Connect on each queue; success lets the queue go live.
+using Authenticator = std::function<Result<void>(CommandChannel&, const PostConnect&)>;
 
 /// The post-connect step: `auth` when set; otherwise nothing, unless the controller asked for
 /// authentication (ATR or ASCR), which fails with Errc::authentication_required.
-std::error_code post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth);
+Result<void> post_connect(CommandChannel& ch, const PostConnect& ctx, const Authenticator& auth);
 
 /// Sends one authentication message on the queue. Errors: the channel's, or the command's
 /// status as an nvme_category() code.
-std::error_code auth_send(CommandChannel& ch, std::span<const uint8_t> msg,
-                          Clock::time_point deadline);
+Result<void> auth_send(CommandChannel& ch, std::span<const uint8_t> msg,
+                       Clock::time_point deadline);
 /// Receives one authentication message (AL = buf.size()) into `buf`. Errors as auth_send().
-std::error_code auth_receive(CommandChannel& ch, std::span<uint8_t> buf,
-                             Clock::time_point deadline);
+Result<void> auth_receive(CommandChannel& ch, std::span<uint8_t> buf,
+                          Clock::time_point deadline);
 
 /// Connect on a just-connected queue, then post_connect(): the response, or the error (a log
-/// line names it, prefixed with `label`: the channel's, or one from here).
+/// line names it, prefixed with `label`: the channel's, or one from here, which is also the
+/// error's detail).
 Result<ConnectResponse> connect_queue(CommandChannel& ch, const ConnectParams& p,
                                       const Authenticator& auth, Clock::time_point deadline,
                                       std::string_view label);

@@ -240,6 +240,9 @@ bool same_options(const HostOptions& a, const HostOptions& b) {
 Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::vector<TransportAddress>& paths) {
   if (opts.reactors == 0) return Errc::invalid_argument;
   auto impl = std::make_shared<Host::Impl>();
+  auto cp = ControlPlane::create();
+  if (!cp) return cp.failure();
+  impl->cp = std::move(*cp);
   impl->opts = opts;
   auto topo = Topology::read(opts.sysfs_root);
   if (topo) {
@@ -297,7 +300,7 @@ Host::~Host() = default;
 Result<std::shared_ptr<Host>> Host::create(const HostOptions& opts) {
   try {
     return detail::make_engine(opts, {});
-  } catch (const std::system_error& e) {  // the control plane's thread or ring
+  } catch (const std::system_error& e) {  // a reactor or pool thread the machine cannot start
     return e.code();
   }
 }
@@ -368,7 +371,7 @@ Result<std::shared_ptr<Host>> shared_engine(const HostOptions& opts, const std::
     if (!h) return h.error();
     reg.engines.push_back({opts, self, *h});
     return *h;
-  } catch (const std::system_error& e) {
+  } catch (const std::system_error& e) {  // as in Host::create
     return e.code();
   }
 }

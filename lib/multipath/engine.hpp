@@ -94,8 +94,8 @@ struct NVMEOF_LOCAL Host::Impl final : Host {
   HostOptions opts;
   Topology topology;
   Placement placement;
-  ControlPlane cp;  // its thread is the engine's control thread
-  boost::asio::io_context& io() noexcept { return ControllerAccess::impl(cp).io; }
+  std::unique_ptr<ControlPlane> cp;  // its thread is the engine's control thread; set by make_engine
+  boost::asio::io_context& io() noexcept { return ControllerAccess::impl(*cp).io; }
   // Blocking work of every volume: connects, CCRs, admin reads. Four threads, so that a reconnect
   // hanging on a partitioned path never delays the CCR that lets the writes of another path move.
   boost::asio::thread_pool pool{kPoolThreads};

@@ -852,7 +852,7 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(const TransportAddress& 
 Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> host, const TransportAddress& discovery,
                                                         VolumeOptions opts) {
   if (!host) return Errc::invalid_argument;
-  ControlPlane& cp = engine_of(*host).cp;
+  ControlPlane& cp = *engine_of(*host).cp;
   ConnectOptions co = opts.connect;
   co.subnqn = kDiscoveryNqn;
   co.kato_ms = 0;

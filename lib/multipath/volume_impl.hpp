@@ -446,7 +446,7 @@ class SubsystemPaths : public FailoverEnv {
 
   std::shared_ptr<Host> host_;  // first: destroyed last
   VolumeOptions opts_;          // the first volume's; the sharing key says what all agree on
-  ControlPlane& cp_{engine_of(*host_).cp};
+  ControlPlane& cp_{*engine_of(*host_).cp};
   uint32_t max_transfer_ = 1u << 20;  // bytes one command may move on every path
   std::vector<std::unique_ptr<SharedPath>> paths_;
   std::vector<std::unique_ptr<Lane>> lanes_;

@@ -36,54 +36,47 @@ const TargetHost* find_host_entry(const TargetOptions& opts, const std::string& 
   return nullptr;
 }
 
-bool valid_host_keys(const TargetOptions& opts, std::string* why) {
+Result<void> valid_host_keys(const TargetOptions& opts) {
   for (const auto& s : opts.subsystems) {
     for (const auto& h : s.hosts) {
-      std::string detail;
       if (h.dhchap_key.empty()) {
         if (h.dhchap_ctrl_key.empty()) continue;
-        if (why) *why = "host " + h.nqn + ": a controller key without a host key";
-        return false;
+        return {Errc::invalid_argument, "host " + h.nqn + ": a controller key without a host key"};
       }
-      if (!QueueAuth::create(h, s.nqn, &detail)) {
-        if (why) *why = "host " + h.nqn + ": " + detail;
-        return false;
-      }
+      if (auto a = QueueAuth::create(h, s.nqn); !a) return {a.error(), "host " + h.nqn + ": " + a.message()};
     }
   }
-  return true;
+  return {};
 }
 
-std::unique_ptr<QueueAuth> QueueAuth::create(const TargetHost& host, const std::string& subnqn, std::string* why) {
+Result<std::unique_ptr<QueueAuth>> QueueAuth::create(const TargetHost& host, const std::string& subnqn) {
   auth::ControllerAuthConfig cfg;
   cfg.hostnqn = host.nqn;
   cfg.subnqn = subnqn;
-  auto hk = auth::parse_secret(host.dhchap_key, why);
-  if (!hk) return nullptr;
+  auto hk = auth::parse_secret(host.dhchap_key);
+  if (!hk) return hk.failure();
   cfg.host_secret = std::move(*hk);
   if (!host.dhchap_ctrl_key.empty()) {
-    auto ck = auth::parse_secret(host.dhchap_ctrl_key, why);
-    if (!ck) return nullptr;
+    auto ck = auth::parse_secret(host.dhchap_ctrl_key);
+    if (!ck) return ck.failure();
     cfg.ctrl_secret = std::move(*ck);
   }
   if (!host.dhchap_hash.empty()) {
     cfg.hashes.clear();
     for (auto h : {auth::HashId::sha256, auth::HashId::sha384, auth::HashId::sha512})
       if (host.dhchap_hash == auth::hash_name(h)) cfg.hashes.push_back(h);
-    if (cfg.hashes.empty()) {
-      if (why) *why = "unknown DH-HMAC-CHAP hash '" + host.dhchap_hash + "' (sha256, sha384 or sha512)";
-      return nullptr;
-    }
+    if (cfg.hashes.empty())
+      return {Errc::invalid_argument,
+              "unknown DH-HMAC-CHAP hash '" + host.dhchap_hash + "' (sha256, sha384 or sha512)"};
   }
   if (!host.dhchap_dhgroup.empty()) {
     cfg.groups.clear();
     for (auto g : {auth::DhGroup::null, auth::DhGroup::ffdhe2048, auth::DhGroup::ffdhe3072,
                    auth::DhGroup::ffdhe4096, auth::DhGroup::ffdhe6144, auth::DhGroup::ffdhe8192})
       if (host.dhchap_dhgroup == auth::dh_group_name(g)) cfg.groups.push_back(g);
-    if (cfg.groups.empty()) {
-      if (why) *why = "unknown DH group '" + host.dhchap_dhgroup + "' (null, ffdhe2048 ... ffdhe8192)";
-      return nullptr;
-    }
+    if (cfg.groups.empty())
+      return {Errc::invalid_argument,
+              "unknown DH group '" + host.dhchap_dhgroup + "' (null, ffdhe2048 ... ffdhe8192)"};
   }
   return std::unique_ptr<QueueAuth>(new QueueAuth(std::move(cfg)));
 }

@@ -24,15 +24,16 @@ namespace nvmeof::target {
 const TargetHost* find_host_entry(const TargetOptions& opts, const std::string& subnqn,
                                   const std::string& hostnqn) noexcept;
 
-/// Checks every key of every host entry (Target::start refuses bad ones). False, and `why`,
-/// for a key that does not parse or a controller key without a host key.
-bool valid_host_keys(const TargetOptions& opts, std::string* why);
+/// Checks every key of every host entry (Target::start refuses bad ones). invalid_argument, its
+/// detail naming the host and the fault, for a key that does not parse or a controller key
+/// without a host key.
+Result<void> valid_host_keys(const TargetOptions& opts);
 
 class QueueAuth {
  public:
-  /// For a host entry with a dhchap_key; nullptr (and `why`) when a key does not parse.
-  static std::unique_ptr<QueueAuth> create(const TargetHost& host, const std::string& subnqn,
-                                           std::string* why);
+  /// For a host entry with a dhchap_key. invalid_argument, the detail saying why, when a key
+  /// does not parse or the hash or DH group is unknown.
+  static Result<std::unique_ptr<QueueAuth>> create(const TargetHost& host, const std::string& subnqn);
 
   bool authenticated() const noexcept { return authenticated_; }
 

@@ -57,8 +57,8 @@ bool valid_options(const TargetOptions& o) {
 
 Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
   if (!valid_options(opts)) return Errc::invalid_argument;
-  if (std::string why; !target::valid_host_keys(opts, &why)) {
-    std::fprintf(stderr, "nvmeof-target: %s\n", why.c_str());
+  if (auto keys = target::valid_host_keys(opts); !keys) {
+    std::fprintf(stderr, "nvmeof-target: %s\n", keys.message().c_str());
     return Errc::invalid_argument;
   }
   auto impl = std::make_unique<Impl>();

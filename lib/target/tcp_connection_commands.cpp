@@ -201,10 +201,10 @@ void TcpConnection::execute_connect(Slot& s) {
   uint32_t dw0 = r.dw0;
   if (r.status.is_success()) {
     if (r.host && !r.host->dhchap_key.empty() && !r.subsys->is_discovery()) {
-      std::string why;
-      auth_ = QueueAuth::create(*r.host, r.subsys->nqn(), &why);
+      auto a = QueueAuth::create(*r.host, r.subsys->nqn());
       // Target::start validated the keys, so this does not fail.
-      if (!auth_) log("authentication set-up failed", why.c_str());
+      auth_ = a ? std::move(*a) : nullptr;
+      if (!a) log("authentication set-up failed", a.message().c_str());
       dw0 |= kAuthReqAtr;
       auth_deadline_ns_ = now_ns() + static_cast<uint64_t>(core_.opts.auth_timeout.count()) * 1'000'000;
     }

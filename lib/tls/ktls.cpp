@@ -121,11 +121,10 @@ Result<TrafficKeys> traffic_keys(const Session& s) {
   return k;
 }
 
-Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail, bool* socket_changed) {
+Result<void> install_ktls(int fd, const TrafficKeys& keys, bool* socket_changed) {
   if (socket_changed != nullptr) *socket_changed = false;
-  auto fail = [&](const char* what) -> std::error_code {
-    if (detail != nullptr) *detail = std::string(what) + ": " + std::strerror(errno);
-    return TlsErrc::ktls_unavailable;
+  auto fail = [&](const char* what) -> Result<void> {
+    return {make_error_code(TlsErrc::ktls_unavailable), std::string(what) + ": " + std::strerror(errno)};
   };
   if (keys.tx.key.size() != (keys.suite == CipherSuite::aes_256_gcm_sha384 ? 32u : 16u) ||
       keys.rx.key.size() != keys.tx.key.size() || keys.tx.iv.size() != 12 || keys.rx.iv.size() != 12) {
@@ -147,18 +146,13 @@ Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail, 
   return {};
 }
 
-Result<void> enable_ktls(int fd, const Session& s, std::string* detail, bool* socket_changed) {
+Result<void> enable_ktls(int fd, const Session& s, bool* socket_changed) {
   if (socket_changed != nullptr) *socket_changed = false;
-  if (s.input_buffered() != 0 || s.output_pending() != 0) {
-    if (detail != nullptr) *detail = "records buffered in the user-space session";
-    return make_error_code(TlsErrc::ktls_unavailable);
-  }
+  if (s.input_buffered() != 0 || s.output_pending() != 0)
+    return {make_error_code(TlsErrc::ktls_unavailable), "records buffered in the user-space session"};
   auto keys = traffic_keys(s);
-  if (!keys) {
-    if (detail != nullptr) *detail = keys.error().message();
-    return keys.error();
-  }
-  return install_ktls(fd, *keys, detail, socket_changed);
+  if (!keys) return keys.failure();
+  return install_ktls(fd, *keys, socket_changed);
 }
 
 }  // namespace nvmeof::tls

@@ -58,18 +58,17 @@ struct TrafficKeys {
 Result<TrafficKeys> traffic_keys(const Session& s);
 
 /// Attaches the "tls" ULP to the connected TCP socket `fd` and installs TLS_TX and TLS_RX.
-/// Errors: ktls_unavailable (the kernel has no tls ULP, or refused the keys; errno in the text
-/// of `detail` when given).
+/// Errors: ktls_unavailable (the kernel has no tls ULP, or refused the keys), its detail naming
+/// the step and the errno.
 /// `socket_changed` (when given) tells whether the ULP was attached before a failure: then the
 /// socket is unusable (close it); otherwise it is as it was and user-space TLS can go on.
-Result<void> install_ktls(int fd, const TrafficKeys& keys, std::string* detail = nullptr,
-                          bool* socket_changed = nullptr);
+Result<void> install_ktls(int fd, const TrafficKeys& keys, bool* socket_changed = nullptr);
 
 /// The hand-off: `s` established on `fd`, with nothing buffered in either direction (else
 /// ktls_unavailable: bytes would be lost). On success the socket sends and receives plaintext
 /// through the kernel's record layer and `s` must not be used again. On failure nothing on the
 /// socket has changed unless `socket_changed` says so (then the socket is unusable: close it).
-Result<void> enable_ktls(int fd, const Session& s, std::string* detail = nullptr,
-                         bool* socket_changed = nullptr);
+/// The error's detail says why.
+Result<void> enable_ktls(int fd, const Session& s, bool* socket_changed = nullptr);
 
 }  // namespace nvmeof::tls

@@ -45,7 +45,7 @@ TargetSubsystem subsystem(const std::string& nqn, HostAccess access,
 struct Env {
   std::unique_ptr<Target> target;
   TransportAddress addr;
-  std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
+  std::unique_ptr<ControlPlane> cp = ControlPlane::create().value();
 
   explicit Env(std::vector<TargetSubsystem> subs, const std::string& traddr = "127.0.0.1") {
     TargetOptions o;
@@ -258,7 +258,9 @@ TEST_CASE("nvmeof-target --allow-host: only those hosts connect; JSON lists the 
   CHECK(s["access"].get<std::string>().rfind("only these 2 hosts may connect", 0) == 0);
   CHECK(j.dump().find("DHHC-1") == std::string::npos);  // never the keys
 
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   TransportAddress addr;
   addr.traddr = "127.0.0.1";
   addr.trsvcid = j["ports"].at(0)["trsvcid"].get<std::string>();

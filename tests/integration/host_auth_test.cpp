@@ -100,7 +100,9 @@ void write_read_verify(Rig& rig, Controller& ctrl) {
 TEST_CASE("the host authenticates its admin and I/O queues (unidirectional)", "[auth]") {
   const Keys keys;
   Rig rig(auth_target(keys, false));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   auto c = Controller::connect(cp, rig.addr(0), options(keys.host));
   REQUIRE(c);
   CHECK(authentications(rig) == 1);
@@ -117,7 +119,9 @@ TEST_CASE("the host authenticates the controller too (bidirectional, key from a 
     std::ofstream f(file);
     f << keys.ctrl << "\n";
   }
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   auto c = Controller::connect(cp, rig.addr(0), options(keys.host, "@" + file));
   std::remove(file.c_str());
   REQUIRE(c);
@@ -128,7 +132,9 @@ TEST_CASE("the host authenticates the controller too (bidirectional, key from a 
 TEST_CASE("a wrong key, a wrong controller key, no key and a malformed key are refused", "[auth]") {
   const Keys keys;
   Rig rig(auth_target(keys, true));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   Keys other;
   {
     auto c = Controller::connect(cp, rig.addr(0), options(other.host));

@@ -51,7 +51,7 @@ struct Env {
     target = std::move(*t);
     addr.traddr = "127.0.0.1";
     addr.trsvcid = std::to_string(target->port_number(0));
-    cp = std::make_unique<ControlPlane>();
+    cp = ControlPlane::create().value();
     reactor = Reactor::create().value();
   }
 
@@ -609,10 +609,10 @@ TEST_CASE("the shared Fabrics Connect and its post-connect step against the targ
     // The target answers both commands on the set-up socket (it does not authenticate: a
     // status, not a transport error), and the queue stays usable.
     uint8_t buf[64];
-    recv_ec = fabric::auth_receive(ch, buf, ctx.deadline);
+    recv_ec = fabric::auth_receive(ch, buf, ctx.deadline).error();
     const uint8_t negotiate[8] = {0x10, 0x00};
-    send_ec = fabric::auth_send(ch, negotiate, ctx.deadline);
-    return std::error_code{};
+    send_ec = fabric::auth_send(ch, negotiate, ctx.deadline).error();
+    return Result<void>{};
   };
   auto qp = tcp::QueuePair::connect(*env.reactor, cfg);
   REQUIRE(qp);

@@ -135,7 +135,9 @@ TEST_CASE("admin and I/O queues through TLS, both cipher suites, data verified",
       std::pair{tls::PskHash::sha384, tls::CipherSuite::aes_256_gcm_sha384});
   const std::string psk = psk_text(hash, 7);
   Rig rig(tls_target({{PortTls::required, psk}, {PortTls::not_required, psk}}));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   for (size_t port : {size_t{0}, size_t{1}}) {
     auto c = Controller::connect(cp, rig.addr(port), options(psk));
     REQUIRE(c);
@@ -203,7 +205,9 @@ TEST_CASE("refusals: another PSK, TLS to a plaintext port, plaintext to a TLS-on
   const std::string psk = psk_text(tls::PskHash::sha256, 1);
   const std::string other = psk_text(tls::PskHash::sha256, 2);
   Rig rig(tls_target({{PortTls::required, psk}, {PortTls::none, {}}}));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   // A refusal, not a hang until the connect timeout: each failure below names the refusal's own
   // cause (a connect that waited out connect_timeout fails with Errc::timeout instead), and where
   // the target tells a refusal it counts it.
@@ -288,7 +292,9 @@ TEST_CASE("TLS and DH-HMAC-CHAP together: every queue authenticates inside TLS",
   REQUIRE(secret);
   const std::string key = auth::format_secret(*secret);
   Rig rig(tls_target({{PortTls::required, psk}}, key));
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   ConnectOptions o = options(psk);
   o.dhchap_secret = key;
   auto c = Controller::connect(cp, rig.addr(0), o);

@@ -226,7 +226,9 @@ TEST_CASE("a busy target spins on I/O queues only: an admin queue alone sleeps b
   TargetOptions to = test::rig_target_options(1);
   to.poll = TargetPoll::busy;
   Rig rig(to);
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  REQUIRE(cp_made);
+  ControlPlane& cp = **cp_made;
   ConnectOptions co;
   co.subnqn = to.subsystems[0].nqn;
   auto ctrl = Controller::connect(cp, rig.addr(0), co);

@@ -60,7 +60,7 @@ auth::HostAuthConfig host_config(const Keys& k, bool bidirectional, auth::DhGrou
 }
 
 // The transport of run_host_authentication: one Authentication Send or Receive per call.
-Result<void> authenticate(Client& c, const auth::HostAuthConfig& cfg, uint16_t qid, std::string* why = nullptr) {
+Result<void> authenticate(Client& c, const auth::HostAuthConfig& cfg, uint16_t qid) {
   auth::AuthSend send = [&](std::span<const uint8_t> b) -> Result<void> {
     Sqe sqe;
     prep_auth_send(sqe, static_cast<uint32_t>(b.size()));
@@ -77,7 +77,7 @@ Result<void> authenticate(Client& c, const auth::HostAuthConfig& cfg, uint16_t q
     if (!r.status().is_success()) return make_error_code(r.status());
     return r.data;
   };
-  return auth::run_host_authentication(cfg, qid, c.cntlid(), send, receive, why);
+  return auth::run_host_authentication(cfg, qid, c.cntlid(), send, receive);
 }
 
 // Admin queue: ICReq, Connect; returns the Connect's DW0.
@@ -129,9 +129,8 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   Reply early = admin.property_get(prop::kCap, true);
   REQUIRE(early.ok);
   CHECK(early.status() == auth::kAuthRequired);
-  std::string why;
-  auto r = authenticate(admin, host_config(k, bidirectional, admin_group), 0, &why);
-  INFO(why);
+  auto r = authenticate(admin, host_config(k, bidirectional, admin_group), 0);
+  INFO(r.detail());
   REQUIRE(r);
   enable(admin);
   Reply id = admin.identify(cns::kController);
@@ -145,8 +144,8 @@ void authenticated_association(bool bidirectional, auth::DhGroup admin_group, au
   CHECK(blocked.status() == auth::kAuthRequired);
   auth::HostAuthConfig io_cfg = host_config(k, bidirectional, io_group);
   io_cfg.tid = 2;
-  r = authenticate(io, io_cfg, 1, &why);
-  INFO(why);
+  r = authenticate(io, io_cfg, 1);
+  INFO(r.detail());
   REQUIRE(r);
   data_round_trip(io);
   CHECK(rig.stats(0).authentications == 2);
@@ -185,18 +184,17 @@ TEST_CASE("a wrong host key gets Failure1 and the connection closed") {
   connect_admin(admin, rig.port(0));
   auth::HostAuthConfig cfg = host_config(k, false);
   cfg.host_secret = secret(auth::HashId::sha256, 32, kHostNqn);
-  std::string why;
-  auto r = authenticate(admin, cfg, 0, &why);
+  auto r = authenticate(admin, cfg, 0);
   CHECK(r.error() == make_error_code(Errc::authentication_failed));
-  CHECK(why.find("authentication failed") != std::string::npos);  // Failure1's reason
+  CHECK(r.detail().find("authentication failed") != std::string::npos);  // Failure1's reason
   CHECK(admin.closed_within(5000));
   CHECK(rig.stats(0).auth_failures == 1);
   CHECK(rig.stats(0).authentications == 0);
   // The right key still works on a new association.
   Client again;
   connect_admin(again, rig.port(0));
-  auto ok = authenticate(again, host_config(k, false), 0, &why);
-  INFO(why);
+  auto ok = authenticate(again, host_config(k, false), 0);
+  INFO(ok.detail());
   CHECK(ok);
 }
 
@@ -207,10 +205,9 @@ TEST_CASE("a wrong controller key is refused by the host (Failure2) and the queu
   connect_admin(admin, rig.port(0));
   auth::HostAuthConfig cfg = host_config(k, true);
   cfg.ctrl_secret = secret(auth::HashId::none, 48, kNqn);
-  std::string why;
-  auto r = authenticate(admin, cfg, 0, &why);
+  auto r = authenticate(admin, cfg, 0);
   CHECK(r.error() == make_error_code(Errc::authentication_failed));
-  CHECK(why.find("controller key") != std::string::npos);
+  CHECK(r.detail().find("controller key") != std::string::npos);
   CHECK(admin.closed_within(5000));
   CHECK(rig.stats(0).auth_failures == 1);
 }

@@ -539,7 +539,7 @@ TEST_CASE("the authenticator's AuthSend and AuthReceive reach the controller on 
   fabric::PostConnect seen;
   cfg.authenticate = [&](fabric::CommandChannel& ch, const fabric::PostConnect& ctx) {
     seen = ctx;
-    if (auto ec = fabric::auth_send(ch, msg, ctx.deadline)) return ec;
+    if (auto sent = fabric::auth_send(ch, msg, ctx.deadline); !sent) return sent;
     return fabric::auth_receive(ch, got, ctx.deadline);
   };
   auto qp = tcp::QueuePair::connect(*reactor, cfg);

@@ -128,8 +128,7 @@ TEST_CASE("secrets: generated keys of every transform and length format and pars
     INFO(text);
     CHECK(text.rfind("DHHC-1:0" + std::to_string(static_cast<int>(t)) + ":", 0) == 0);
     CHECK(text.back() == ':');
-    std::string why;
-    auto back = parse_secret("  " + text + "\n", &why);
+    auto back = parse_secret("  " + text + "\n");
     REQUIRE(back);
     CHECK(back->transform == t);
     CHECK(back->key == s.key);
@@ -157,12 +156,11 @@ TEST_CASE("secrets: malformed interchange forms are refused with what is wrong")
       {"DHHC-1:00:" + b64 + ":x:", "fields"},
   };
   for (const auto& c : cases) {
-    std::string why;
     INFO(c.text);
-    auto r = parse_secret(c.text, &why);
+    auto r = parse_secret(c.text);
     CHECK_FALSE(r);
     CHECK(r.error() == make_error_code(Errc::invalid_argument));
-    CHECK(why.find(c.says) != std::string::npos);
+    CHECK(r.detail().find(c.says) != std::string::npos);
   }
   // One flipped key bit: the CRC-32 catches it.
   Secret s = make_secret();
@@ -170,9 +168,9 @@ TEST_CASE("secrets: malformed interchange forms are refused with what is wrong")
   s.key[3] ^= 0x10;
   const std::string flipped = format_secret(s);  // a valid CRC for the flipped key ...
   text.replace(10, 44, flipped.substr(10, 44));  // ... whose first 33 key bytes meet the old CRC
-  std::string why;
-  CHECK_FALSE(parse_secret(text, &why));
-  CHECK(why.find("CRC-32") != std::string::npos);
+  auto corrupted = parse_secret(text);
+  CHECK_FALSE(corrupted);
+  CHECK(corrupted.detail().find("CRC-32") != std::string::npos);
 }
 
 TEST_CASE("secrets: a key file as nvme-cli writes it") {
@@ -186,9 +184,9 @@ TEST_CASE("secrets: a key file as nvme-cli writes it") {
   ::unlink(path);
   REQUIRE(r);
   CHECK(r->key == s.key);
-  std::string why;
-  CHECK_FALSE(read_secret_file("/nonexistent/key", &why));
-  CHECK(why.find("cannot open") != std::string::npos);
+  auto missing = read_secret_file("/nonexistent/key");
+  CHECK_FALSE(missing);
+  CHECK(missing.detail().find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("secrets: interchange with nvme-cli (skipped without nvme)") {
@@ -203,9 +201,8 @@ TEST_CASE("secrets: interchange with nvme-cli (skipped without nvme)") {
                                             " --nqn=" + kHostNqn + " 2>&1", st);
     INFO(out);
     REQUIRE(st == 0);
-    std::string why;
-    auto s = parse_secret(out, &why);
-    INFO(why);
+    auto s = parse_secret(out);
+    INFO(s.detail());
     REQUIRE(s);
     CHECK(static_cast<int>(s->transform) == hmac_id);
   }
@@ -465,9 +462,8 @@ TEST_CASE("dhchap: run_host_authentication drives a transaction over send/receiv
       b.resize(max_len, 0);  // zero-padded to the allocation length, as a target returns it
       return b;
     };
-    std::string why;
-    auto r = run_host_authentication(host_cfg(k, bi, HashId::sha512, DhGroup::ffdhe2048), 0, 1, send, receive, &why);
-    INFO(why);
+    auto r = run_host_authentication(host_cfg(k, bi, HashId::sha512, DhGroup::ffdhe2048), 0, 1, send, receive);
+    INFO(r.detail());
     CHECK(r);
     CHECK(ctrl_done);
     CHECK(sends == (bi ? 3 : 2));
@@ -477,20 +473,19 @@ TEST_CASE("dhchap: run_host_authentication drives a transaction over send/receiv
   Bytes pending;
   HostAuthConfig hc = host_cfg(k, false, HashId::sha256, DhGroup::null);
   hc.host_secret = make_secret();
-  std::string why;
   auto r = run_host_authentication(
       hc, 2, 1,
       [&](std::span<const uint8_t> b) -> Result<void> {
         pending = ctrl.on_message(b).out;
         return {};
       },
-      [&](size_t) -> Result<Bytes> { return pending; }, &why);
+      [&](size_t) -> Result<Bytes> { return pending; });
   CHECK(r.error() == make_error_code(Errc::authentication_failed));
-  CHECK(why.find("authentication failed") != std::string::npos);
+  CHECK(r.detail().find("authentication failed") != std::string::npos);
   // A transport error passes through.
   r = run_host_authentication(
       hc, 2, 1, [](std::span<const uint8_t>) -> Result<void> { return {}; },
-      [](size_t) -> Result<Bytes> { return Errc::timeout; }, &why);
+      [](size_t) -> Result<Bytes> { return Errc::timeout; });
   CHECK(r.error() == make_error_code(Errc::timeout));
 }
 

@@ -489,17 +489,17 @@ TEST_CASE("kernel TLS hand-off refuses what it cannot take", "[tls][ktls]") {
   REQUIRE((*s2)->write(pattern(10, 1)));
   pump(**s2, **c2);
   CHECK((*c2)->input_buffered() > 0);
-  std::string why;
-  CHECK(enable_ktls(-1, **c2, &why).error() == TlsErrc::ktls_unavailable);
-  CHECK(why.find("buffered") != std::string::npos);
+  auto buffered = enable_ktls(-1, **c2);
+  CHECK(buffered.error() == TlsErrc::ktls_unavailable);
+  CHECK(buffered.detail().find("buffered") != std::string::npos);
 
   // A socket that is not TCP: the kernel refuses the ULP, the error says so.
   SocketPair sp;
   auto keys = traffic_keys(**c2);
   REQUIRE(keys);
-  why.clear();
-  CHECK(install_ktls(sp.fd[0], *keys, &why).error() == TlsErrc::ktls_unavailable);
-  CHECK(why.find("TCP_ULP") != std::string::npos);
+  auto not_tcp = install_ktls(sp.fd[0], *keys);
+  CHECK(not_tcp.error() == TlsErrc::ktls_unavailable);
+  CHECK(not_tcp.detail().find("TCP_ULP") != std::string::npos);
 }
 
 TEST_CASE("the NVMe PSK lookup derives the key from the identity", "[tls][session]") {

@@ -33,7 +33,12 @@ int main(int argc, char** argv) {
   o.hostnqn = argv[2];
   o.dhchap_secret = argv[3];
   if (argc == 5) o.dhchap_ctrl_secret = argv[4];
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  if (!cp_made) {
+    std::fprintf(stderr, "%s\n", cp_made.message().c_str());
+    return 1;
+  }
+  ControlPlane& cp = **cp_made;
   auto c = Controller::connect(cp, *addr, o);
   if (!c) {
     std::printf("auth_host: connect failed: %s\n", c.error().message().c_str());

@@ -47,7 +47,7 @@ TransportAddress port_address(int port) {
 ConnectOptions options(Digest d = Digest::none) { return test::testbed_options(d); }
 
 struct HostRig {
-  std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
+  std::unique_ptr<ControlPlane> cp = ControlPlane::create().value();
   std::unique_ptr<Reactor> reactor = Reactor::create().value();
 
   std::shared_ptr<Controller> connect(int port, Digest d = Digest::none) {

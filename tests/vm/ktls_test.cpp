@@ -148,11 +148,10 @@ int main(int argc, char** argv) {
   if (!sup.kernel_ulp) {
     // The fallback: the hand-off fails with a clear error and the user-space session goes on.
     Handshaken h = handshake(PskHash::sha256);
-    std::string why;
-    auto rc = enable_ktls(h.cfd, *h.client, &why);
+    auto rc = enable_ktls(h.cfd, *h.client);
     if (rc) fail("hand-off succeeded without a tls ULP");
     if (rc.error() != TlsErrc::ktls_unavailable) fail("unexpected error " + rc.error().message());
-    std::printf("ktls_test: no tls ULP: hand-off refused (%s); user-space TLS goes on\n", why.c_str());
+    std::printf("ktls_test: no tls ULP: hand-off refused (%s); user-space TLS goes on\n", rc.message().c_str());
     const auto msg = pattern(20000, 3);
     if (!h.client->write(msg)) fail("user-space write after the refused hand-off");
     std::vector<uint8_t> wire(h.client->output_pending());
@@ -171,8 +170,7 @@ int main(int argc, char** argv) {
     const char* suite = hash == PskHash::sha384 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256";
     const auto before = tls_stat();
     Handshaken h = handshake(hash);
-    std::string why;
-    if (auto rc = enable_ktls(h.cfd, *h.client, &why); !rc) fail(std::string(suite) + ": hand-off: " + why);
+    if (auto rc = enable_ktls(h.cfd, *h.client); !rc) fail(std::string(suite) + ": hand-off: " + rc.message());
     h.client.reset();  // the kernel has the record layer now
     size_t moved = 0;
     uint32_t seed = 1;
@@ -208,8 +206,7 @@ int main(int argc, char** argv) {
     auto keys = traffic_keys(*h.client);
     if (!keys) fail("traffic_keys");
     keys->rx.seq = 1;
-    std::string why;
-    if (auto rc = install_ktls(h.cfd, *keys, &why); !rc) fail("install with a wrong sequence: " + why);
+    if (auto rc = install_ktls(h.cfd, *keys); !rc) fail("install with a wrong sequence: " + rc.message());
     const auto down = pattern(4096, 99);
     if (!h.server->write_all(down)) fail("server write (control)");
     std::vector<uint8_t> back(down.size());

@@ -53,7 +53,7 @@ TransportAddress tcp_address() {
 ConnectOptions options() { return test::testbed_options(); }
 
 struct HostRig {
-  std::unique_ptr<ControlPlane> cp = std::make_unique<ControlPlane>();
+  std::unique_ptr<ControlPlane> cp = ControlPlane::create().value();
   std::unique_ptr<Reactor> reactor = Reactor::create().value();
 
   std::shared_ptr<Controller> connect(ConnectOptions o = options()) {

@@ -68,7 +68,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const uint32_t qd = static_cast<uint32_t>(qd_arg);
-  ControlPlane cp;
+  auto cp_made = ControlPlane::create();
+  if (!cp_made) {
+    std::fprintf(stderr, "%s\n", cp_made.message().c_str());
+    return 1;
+  }
+  ControlPlane& cp = **cp_made;
   auto reactor = Reactor::create();
   if (!reactor) return 1;
   ConnectOptions o;

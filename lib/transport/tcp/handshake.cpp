@@ -148,41 +148,33 @@ class Wire {
     return 0;
   }
 
-  // The TLS 1.3 handshake as the client, bounded by `deadline`: empty, or the library's error
-  // with the reason in `why`.
-  std::error_code start_tls(const tls::TlsPsk& psk, bool want_kernel, Clock::time_point deadline,
-                            std::string& why) {
+  // The TLS 1.3 handshake as the client, bounded by `deadline`: success, or the library's error
+  // with the reason as its detail.
+  Result<void> start_tls(const tls::TlsPsk& psk, bool want_kernel, Clock::time_point deadline) {
     tls::SessionConfig sc = tls::SessionConfig::client(psk);
     sc.keep_traffic_secrets = want_kernel;
     sc.handshake_timeout = std::max(std::chrono::milliseconds(1),
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     auto s = tls::Session::create(std::move(sc));
-    if (!s) {
-      why = "TLS session: " + s.error().message();
-      return make_error_code(Errc::tls_handshake_failed);
-    }
+    if (!s) return {Errc::tls_handshake_failed, "TLS session: " + s.error().message()};
     tls_ = std::move(*s);
     for (;;) {
       auto h = tls_->handshake();
       const int w = flush(deadline);  // the step's output, a failure's alert included
-      if (!h) return handshake_error(h.error(), why);
-      if (w != 0) {
-        why = std::string("TLS handshake: send failed: ") + std::strerror(w);
-        return w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w);
-      }
+      if (!h) return handshake_error(h.error());
+      if (w != 0)
+        return {w == ETIMEDOUT ? make_error_code(Errc::timeout) : socket_error(w),
+                std::string("TLS handshake: send failed: ") + std::strerror(w)};
       if (*h == tls::HandshakeState::done) return {};
       if (const int r = receive(deadline); r != 0) {
-        if (r == EPROTONOSUPPORT) {
-          why = "the controller answered the TLS ClientHello in plaintext: the port does not offer TLS";
-          return make_error_code(Errc::tls_not_offered);
-        }
+        if (r == EPROTONOSUPPORT)
+          return {Errc::tls_not_offered,
+                  "the controller answered the TLS ClientHello in plaintext: the port does not offer TLS"};
         if (r == ETIMEDOUT) {
           (void)tls_->handshake(tls_->handshake_deadline());  // records the timeout
-          why = "no TLS handshake within the connect timeout";
-          return make_error_code(Errc::timeout);
+          return {Errc::timeout, "no TLS handshake within the connect timeout"};
         }
-        why = std::string("TLS handshake: receive failed: ") + std::strerror(r);
-        return socket_error(r);
+        return {socket_error(r), std::string("TLS handshake: receive failed: ") + std::strerror(r)};
       }
     }
   }
@@ -190,32 +182,30 @@ class Wire {
   std::unique_ptr<tls::Session> release_tls() noexcept { return std::move(tls_); }
 
   // After start_tls: hands the record layer to the kernel. True when it took it (the wire is
-  // plaintext from now on). False with `why` empty when the kernel offers no kernel TLS (user
-  // space goes on); false with `why` set when the socket was changed and is unusable.
-  bool to_kernel(std::string& why) {
-    std::string detail;
+  // plaintext from now on), false when the kernel offers no kernel TLS (user space goes on), an
+  // error when the socket was changed and is unusable.
+  Result<bool> to_kernel() {
     bool changed = false;
-    if (tls::enable_ktls(fd_, *tls_, &detail, &changed)) {
+    auto handed = tls::enable_ktls(fd_, *tls_, &changed);
+    if (handed) {
       tls_.reset();
       return true;
     }
-    if (changed) why = "kernel TLS refused the session's keys: " + detail;
+    if (changed)
+      return {Errc::tls_handshake_failed, "kernel TLS refused the session's keys: " + handed.message()};
     return false;
   }
 
  private:
-  std::error_code handshake_error(std::error_code ec, std::string& why) {
+  Result<void> handshake_error(std::error_code ec) {
     const std::string detail = tls_->error_detail().empty() ? "" : " (" + tls_->error_detail() + ")";
-    if (ec == tls::TlsErrc::handshake_timeout) {
-      why = "no TLS handshake within the connect timeout";
-      return make_error_code(Errc::timeout);
-    }
-    if (ec == tls::TlsErrc::peer_closed && !received_) {
-      why = "the controller closed the connection on the TLS ClientHello: the port does not offer TLS";
-      return make_error_code(Errc::tls_not_offered);
-    }
-    why = ec.message() + detail;  // "TLS handshake failed: the PSKs differ (...)"
-    return make_error_code(Errc::tls_handshake_failed);
+    if (ec == tls::TlsErrc::handshake_timeout)
+      return {Errc::timeout, "no TLS handshake within the connect timeout"};
+    if (ec == tls::TlsErrc::peer_closed && !received_)
+      return {Errc::tls_not_offered,
+              "the controller closed the connection on the TLS ClientHello: the port does not offer TLS"};
+    // "TLS handshake failed: the PSKs differ (...)"
+    return {Errc::tls_handshake_failed, ec.message() + detail};
   }
 
   int flush(Clock::time_point deadline) {
@@ -488,14 +478,15 @@ Result<Connected> handshake(const QpConfig& cfg, const std::string& label) {
     // Kernel TLS is tried until a kernel refuses it once: then user space for this process.
     static std::atomic<bool> kernel_refused{false};
     const bool want_kernel = cfg.ktls && !kernel_refused.load(std::memory_order_relaxed);
-    std::string why;
-    if (auto ec = wire.start_tls(*cfg.tls, want_kernel, deadline, why)) return logged(label, ec, why);
+    if (auto started = wire.start_tls(*cfg.tls, want_kernel, deadline); !started)
+      return logged(label, started.error(), started.detail());
     if (want_kernel) {
-      ktls = wire.to_kernel(why);
-      if (!ktls && !why.empty()) {
+      auto handed = wire.to_kernel();
+      if (!handed) {
         kernel_refused.store(true, std::memory_order_relaxed);
-        return logged(label, make_error_code(Errc::tls_handshake_failed), why);
+        return logged(label, handed.error(), handed.detail());
       }
+      ktls = *handed;
     }
   }
 
