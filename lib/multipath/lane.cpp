@@ -47,7 +47,11 @@ constexpr uint64_t kDeadSilenceNs = 50'000'000;
 constexpr double kUnknownDrainRate = 0.1;    // bytes/ns: 100 MB/s
 constexpr double kMinDrainRate = 0.01;       // bytes/ns: 10 MB/s
 constexpr uint64_t kMaxTransferAllowanceNs = 1'000'000'000;
-constexpr uint64_t kDrainWindowNs = 1'000'000;
+// Drain-rate samples span at least this long: a reactor that was not run for a while then
+// reads what piled up in its socket at once, which a shorter window would take for the link's
+// speed. A lower rate is believed at once (weight kDrainDown), a higher one slowly (kEwma).
+constexpr uint64_t kDrainWindowNs = 5'000'000;
+constexpr double kDrainDown = 0.5;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -403,8 +407,8 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
         if (now - lp.drain_window_ns >= kDrainWindowNs) {
           const double rate =
               static_cast<double>(lp.drain_window_bytes) / static_cast<double>(now - lp.drain_window_ns);
-          lp.drain_bytes_per_ns =
-              lp.drain_bytes_per_ns == 0 ? rate : lp.drain_bytes_per_ns + kEwma * (rate - lp.drain_bytes_per_ns);
+          const double w = rate < lp.drain_bytes_per_ns ? kDrainDown : kEwma;
+          lp.drain_bytes_per_ns = lp.drain_bytes_per_ns == 0 ? rate : lp.drain_bytes_per_ns + w * (rate - lp.drain_bytes_per_ns);
           lp.drain_window_ns = now;
           lp.drain_window_bytes = 0;
         }

@@ -186,7 +186,7 @@ struct LanePath {
   uint64_t outstanding_bytes = 0;
   double latency_ns = 0;     // EWMA of completion latency
   double bytes_per_ns = 0;   // EWMA of delivered bandwidth
-  // How fast the path drains its queue while busy (EWMA over windows of at least 1 ms that
+  // How fast the path drains its queue while busy (a moving average over windows of at least 5 ms that
   // start when it goes from idle to busy): what a command's transfer allowance divides by.
   double drain_bytes_per_ns = 0;
   uint64_t drain_window_ns = 0;
