@@ -106,10 +106,9 @@ class ControlPlane {
   ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
-  struct Impl;  ///< defined inside the library only
 
- private:
-  friend struct ControllerAccess;  // the library's own access to the internals
+ protected:
+  struct Impl;  // the thread and its io_context: opaque, defined inside the library
   std::unique_ptr<Impl> impl_;
 };
 
@@ -132,7 +131,9 @@ class Controller {
   /// blocks up to connect_timeout for the connection and admin_timeout per admin command.
   static Result<std::shared_ptr<Controller>> connect(ControlPlane& cp, const TransportAddress& addr,
                                                      const ConnectOptions& opts);
-  ~Controller();  ///< disconnects
+  virtual ~Controller();  ///< disconnects
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
 
   const ControllerInfo& info() const noexcept;
   const TransportAddress& address() const noexcept;
@@ -187,12 +188,8 @@ class Controller {
   /// Idempotent; any thread.
   void disconnect();
 
-  struct Impl;  ///< defined inside the library only
-
- private:
-  friend struct ControllerAccess;
-  explicit Controller(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;  // shared with work posted to the control thread
+ protected:
+  Controller() = default;  ///< connect() makes the library's own kind of Controller
 };
 
 }  // namespace nvmeof

@@ -47,9 +47,13 @@ Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint3
 /// keep-alive), or nullptr when the controller's keep-alive is not traffic based.
 std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept;
 
-struct ControllerAccess {
-  static ControlPlane::Impl& impl(ControlPlane& cp) noexcept { return *cp.impl_; }
-  static Controller::Impl& impl(Controller& c) noexcept { return *c.impl_; }
+/// The library's way to a ControlPlane's thread and io_context (control/control_plane.hpp).
+/// ControlPlane befriends nothing: it keeps them protected, which a class derived from it may
+/// name, and a pointer to that member reaches them in any ControlPlane.
+struct ControllerAccess : private ControlPlane {
+  using Plane = ControlPlane::Impl;
+  static Plane& impl(ControlPlane& cp) noexcept { return *(cp.*&ControllerAccess::impl_); }
 };
+using ControlPlaneImpl = ControllerAccess::Plane;
 
 }  // namespace nvmeof

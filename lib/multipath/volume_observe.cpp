@@ -11,6 +11,7 @@
 
 #include "control/control_socket.hpp"
 #include "control/metrics.hpp"
+#include "multipath/option_text.hpp"
 #include "multipath/volume_impl.hpp"
 
 namespace nvmeof::detail {

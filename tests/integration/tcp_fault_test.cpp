@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fabrics_command.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/tcp/pdu.hpp"
 #include "transport/tcp/queue_pair.hpp"

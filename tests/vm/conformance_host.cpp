@@ -25,6 +25,7 @@
 #include "../common/verified_workload.hpp"
 #include "testbed_env.hpp"
 #include "control/controller_access.hpp"
+#include "core/identify.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/sync_io.hpp"
 #include "nvmeof/volume.hpp"

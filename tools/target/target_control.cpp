@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "control/control_socket.hpp"
+#include "core/identify.hpp"
 
 namespace nvmeof::tools {
 
