@@ -822,7 +822,10 @@ Result<NamespaceInfo> Controller::identify_namespace(uint32_t nsid) {
 
 Result<std::vector<uint32_t>> Controller::active_namespaces() { return fabric::active_namespaces(core_of(*this)); }
 
-Result<AnaLog> Controller::ana_log() { return fabric::ana_log(core_of(*this), core_of(*this).info.nn); }
+Result<AnaLog> Controller::ana_log() {
+  ControllerCore& core = core_of(*this);
+  return fabric::ana_log(core, core.info.nn);
+}
 
 Result<DiscoveryLog> Controller::discovery_log() { return fabric::discovery_log(core_of(*this)); }
 
@@ -837,16 +840,17 @@ Result<void> Controller::keep_alive() {
 
 Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
                                                 std::chrono::milliseconds timeout) {
-  if (core_of(*this).info.ccrl == 0) return Errc::unsupported;
+  ControllerCore& core = core_of(*this);
+  if (core.info.ccrl == 0) return Errc::unsupported;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   uint64_t seen_events;
   {
-    std::lock_guard lock(core_of(*this).ccr_mu);
-    seen_events = core_of(*this).ccr_events;
+    std::lock_guard lock(core.ccr_mu);
+    seen_events = core.ccr_events;
   }
   Sqe c;
   prep_cross_controller_reset(c, impacted.cntlid, impacted.ciu, impacted.cirn);
-  auto r = core_of(*this).execute(c, nullptr, 0, timeout);
+  auto r = core.execute(c, nullptr, 0, timeout);
   if (!r) return r.error();
   const bool already = r->status.sct() == Sct::command_specific && r->status.sc() == ccr::kScInProgress;
   if (!r->status.is_success() && !already) return make_error_code(r->status);
@@ -854,13 +858,13 @@ Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
   // In progress: the controller adds the reset to its CCR log and raises an event when it is
   // done. The log is polled as well, so a lost event only costs a poll period.
   for (;;) {
-    auto hdr = fabric::get_log_page(core_of(*this), log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
+    auto hdr = fabric::get_log_page(core, log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
     if (!hdr) return hdr.error();
     uint16_t ne;
     std::memcpy(&ne, hdr->data(), sizeof ne);
     ne = static_cast<uint16_t>(std::min<size_t>(ne, ccr::kMaxLogEntries));
-    auto log = fabric::get_log_page(core_of(*this), log_page::kCrossControllerReset, 0xffffffffu,
-                              static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
+    auto log = fabric::get_log_page(core, log_page::kCrossControllerReset, 0xffffffffu,
+                                    static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
     if (!log) return log.error();
     for (size_t i = 0; i < ne; ++i) {
       const uint8_t* e = log->data() + ccr::kLogHeaderLen + i * ccr::kLogEntryLen;
@@ -870,26 +874,29 @@ Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
       if (e[6] == ccr::kStatusSuccess) return {};
       if (e[6] == ccr::kStatusFailed) return Errc::controller_fatal;
     }
-    std::unique_lock lock(core_of(*this).ccr_mu);
+    std::unique_lock lock(core.ccr_mu);
     const auto wake = std::min(deadline, std::chrono::steady_clock::now() + kCcrLogPoll);
-    core_of(*this).ccr_cv.wait_until(lock, wake, [&] { return core_of(*this).ccr_events != seen_events; });
-    seen_events = core_of(*this).ccr_events;
+    core.ccr_cv.wait_until(lock, wake, [&] { return core.ccr_events != seen_events; });
+    seen_events = core.ccr_events;
     if (std::chrono::steady_clock::now() >= deadline) return Errc::timeout;
   }
 }
 
 void Controller::on_async_event(std::function<void(uint32_t dw0)> fn) {
-  std::lock_guard lock(core_of(*this).cb_mu);
-  core_of(*this).on_aen = std::move(fn);
+  ControllerCore& core = core_of(*this);
+  std::lock_guard lock(core.cb_mu);
+  core.on_aen = std::move(fn);
 }
 
 void Controller::on_failure(std::function<void(std::error_code)> fn) {
-  std::lock_guard lock(core_of(*this).cb_mu);
-  core_of(*this).on_fail = std::move(fn);
+  ControllerCore& core = core_of(*this);
+  std::lock_guard lock(core.cb_mu);
+  core.on_fail = std::move(fn);
 }
 
 void Controller::disconnect() {
-  core_of(*this).cp.call([this] { core_of(*this).shutdown(); });
+  ControllerCore& core = core_of(*this);
+  core.cp.call([&core] { core.shutdown(); });
 }
 
 }  // namespace nvmeof
