@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "multipath/option_text.hpp"
 #include "nvmeof/nvmeof.h"
 #include "nvmeof/volume.hpp"
 #include "target/target_control.hpp"

@@ -38,6 +38,7 @@
 
 #include "control/controller_access.hpp"
 #include "core/histogram.hpp"
+#include "multipath/option_text.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"

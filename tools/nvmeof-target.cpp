@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/identify.hpp"
 #include "core/key_text.hpp"
-#include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target/host_access.hpp"
 #include "target/target_control.hpp"

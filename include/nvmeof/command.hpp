@@ -1,8 +1,11 @@
-// NVMe submission and completion queue entries, and the prep helpers that fill them.
+// NVMe submission and completion queue entries, the admin and NVM command set constants, and
+// the prep helpers that fill them (for Controller::admin, nvmeof/controller.hpp; the Dataset
+// Management ranges of Volume::dsm). Fabrics commands (Connect, Property Get/Set, the SGL data
+// pointer) are the library's own business and are not here.
 //
 // In the style of liburing's io_uring_prep_*: each helper only fills a struct, all are built on
 // one generic builder, none allocates or fails. Field layouts are those of the NVMe Base
-// Specification 2.0 and NVMe over Fabrics 1.1; the library targets little-endian hosts only.
+// Specification 2.0; the library targets little-endian hosts only.
 // Threading: plain data; no shared state.
 #pragma once
 
@@ -19,16 +22,16 @@ static_assert(std::endian::native == std::endian::little, "nvmeof supports littl
 NVMEOF_API_BEGIN  // every declaration below is public API (default visibility)
 namespace nvmeof {
 
-/// 64-byte submission queue entry. For Fabrics commands (opcode 0x7f) byte 4 holds FCTYPE.
+/// 64-byte submission queue entry.
 struct Sqe {
   uint8_t opcode;
-  uint8_t flags;  ///< bits 7:6 PSDT (01b: SGL), bits 1:0 FUSE
+  uint8_t flags;  ///< bits 7:6 PSDT, bits 1:0 FUSE
   uint16_t cid;
-  uint32_t nsid;  ///< Fabrics: byte 0 is FCTYPE
+  uint32_t nsid;
   uint32_t cdw2;
   uint32_t cdw3;
   uint64_t mptr;
-  uint8_t dptr[16];  ///< one SGL descriptor for fabrics
+  uint8_t dptr[16];  ///< data pointer (filled by the transport)
   uint32_t cdw10;
   uint32_t cdw11;
   uint32_t cdw12;
@@ -60,7 +63,6 @@ inline constexpr uint8_t kAsyncEventRequest = 0x0c;
 inline constexpr uint8_t kKeepAlive = 0x18;
 /// Cross-Controller Reset (NVMe TP8028): resets another controller of the same subsystem.
 inline constexpr uint8_t kCrossControllerReset = 0x38;
-inline constexpr uint8_t kFabrics = 0x7f;
 // NVM I/O
 inline constexpr uint8_t kFlush = 0x00;
 inline constexpr uint8_t kWrite = 0x01;
@@ -68,15 +70,6 @@ inline constexpr uint8_t kRead = 0x02;
 inline constexpr uint8_t kWriteZeroes = 0x08;
 inline constexpr uint8_t kDatasetManagement = 0x09;
 }  // namespace opcode
-
-namespace fctype {
-inline constexpr uint8_t kPropertySet = 0x00;
-inline constexpr uint8_t kConnect = 0x01;
-inline constexpr uint8_t kPropertyGet = 0x04;
-inline constexpr uint8_t kAuthenticationSend = 0x05;
-inline constexpr uint8_t kAuthenticationReceive = 0x06;
-inline constexpr uint8_t kDisconnect = 0x08;
-}  // namespace fctype
 
 namespace cns {
 inline constexpr uint8_t kNamespace = 0x00;
@@ -120,14 +113,6 @@ inline constexpr uint8_t kNumberOfQueues = 0x07;
 inline constexpr uint8_t kAsyncEventConfig = 0x0b;
 inline constexpr uint8_t kKeepAliveTimer = 0x0f;
 }  // namespace feature
-
-/// Controller properties (register offsets) reached by Property Get/Set over fabrics.
-namespace prop {
-inline constexpr uint32_t kCap = 0x00;  // 8 bytes
-inline constexpr uint32_t kVs = 0x08;
-inline constexpr uint32_t kCc = 0x14;
-inline constexpr uint32_t kCsts = 0x1c;
-}  // namespace prop
 
 /// Generic builder: zeroes the entry and sets opcode and nsid.
 inline void prep_command(Sqe& c, uint8_t op, uint32_t nsid) noexcept {
@@ -208,82 +193,6 @@ inline void prep_cross_controller_reset(Sqe& c, uint16_t icid, uint8_t ciu, uint
 }
 inline void prep_async_event_request(Sqe& c) noexcept {
   prep_command(c, opcode::kAsyncEventRequest, 0);
-}
-
-inline void prep_fabrics(Sqe& c, uint8_t fct) noexcept {
-  prep_command(c, opcode::kFabrics, 0);
-  reinterpret_cast<uint8_t*>(&c)[4] = fct;
-}
-inline uint8_t fabrics_type(const Sqe& c) noexcept { return reinterpret_cast<const uint8_t*>(&c)[4]; }
-
-/// Connect CATTR bit 2: the host asks for SQ flow control to be disabled (no SQHD reported).
-inline constexpr uint8_t kConnectDisableSqFlowControl = 1u << 2;
-
-/// Fabrics Connect: `sqsize` is 0's based; `kato_ms` the keep-alive timeout (admin queue only);
-/// `cattr` the connection attributes (kConnectDisableSqFlowControl).
-inline void prep_connect(Sqe& c, uint16_t qid, uint16_t sqsize, uint32_t kato_ms,
-                         uint8_t cattr = 0) noexcept {
-  prep_fabrics(c, fctype::kConnect);
-  c.cdw10 = static_cast<uint32_t>(qid) << 16;  // RECFMT 0 in bits 15:0
-  c.cdw11 = sqsize | (static_cast<uint32_t>(cattr) << 16);
-  c.cdw12 = kato_ms;
-}
-/// Property Get of a 4-byte (`size8` false) or 8-byte property.
-inline void prep_property_get(Sqe& c, uint32_t offset, bool size8) noexcept {
-  prep_fabrics(c, fctype::kPropertyGet);
-  c.cdw10 = size8 ? 1 : 0;
-  c.cdw11 = offset;
-}
-inline void prep_property_set(Sqe& c, uint32_t offset, uint64_t value, bool size8) noexcept {
-  prep_fabrics(c, fctype::kPropertySet);
-  c.cdw10 = size8 ? 1 : 0;
-  c.cdw11 = offset;
-  c.cdw12 = static_cast<uint32_t>(value);
-  c.cdw13 = static_cast<uint32_t>(value >> 32);
-}
-
-/// SGL descriptors used by NVMe/TCP (and the keyed form later by RDMA).
-namespace sgl {
-inline constexpr uint8_t kPsdtSgl = 0x40;  // PSDT 01b in flags bits 7:6
-inline constexpr uint8_t kDataBlockOffset = 0x01;  // type 0h, subtype 1h: in-capsule data
-inline constexpr uint8_t kTransportDataBlock = 0x5a;  // type 5h, subtype Ah: data moved by PDUs
-}  // namespace sgl
-
-inline void set_sgl(Sqe& c, uint8_t id, uint64_t address, uint32_t length) noexcept {
-  c.flags = static_cast<uint8_t>((c.flags & 0x3f) | sgl::kPsdtSgl);
-  std::memcpy(c.dptr, &address, 8);
-  std::memcpy(c.dptr + 8, &length, 4);
-  c.dptr[12] = c.dptr[13] = c.dptr[14] = 0;
-  c.dptr[15] = id;
-}
-inline uint32_t sgl_length(const Sqe& c) noexcept {
-  uint32_t len;
-  std::memcpy(&len, c.dptr + 8, 4);
-  return len;
-}
-inline uint64_t sgl_address(const Sqe& c) noexcept {
-  uint64_t a;
-  std::memcpy(&a, c.dptr, 8);
-  return a;
-}
-inline uint8_t sgl_id(const Sqe& c) noexcept { return c.dptr[15]; }
-
-/// Fields of a read/write command, decoded.
-inline uint64_t rw_slba(const Sqe& c) noexcept {
-  return c.cdw10 | (static_cast<uint64_t>(c.cdw11) << 32);
-}
-inline uint32_t rw_nlb(const Sqe& c) noexcept { return (c.cdw12 & 0xffff) + 1; }
-
-/// Whether the command moves data from host to controller (opcode bits 1:0 = 01b), the
-/// convention of the NVMe opcode encoding; for a Fabrics command FCTYPE bits 1:0 say it
-/// (Connect and Authentication Send send data, Authentication Receive receives it).
-inline bool is_host_to_controller(const Sqe& c) noexcept {
-  if (c.opcode == opcode::kFabrics) return (fabrics_type(c) & 0x3) == 0x1;
-  return (c.opcode & 0x3) == 0x1;
-}
-inline bool is_controller_to_host(const Sqe& c) noexcept {
-  if (c.opcode == opcode::kFabrics) return (fabrics_type(c) & 0x3) == 0x2;
-  return (c.opcode & 0x3) == 0x2;
 }
 
 }  // namespace nvmeof

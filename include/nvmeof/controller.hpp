@@ -104,15 +104,12 @@ class ControlPlane {
   /// Starts the thread. Errors: the errno of io_uring set-up (e.g. ENOSYS, EPERM, ENOMEM when
   /// io_uring is unavailable or refused) or of starting the thread, the detail naming which.
   static Result<std::unique_ptr<ControlPlane>> create();
-  ~ControlPlane();  ///< stops the thread; controllers must be gone first
+  virtual ~ControlPlane();  ///< stops the thread; controllers must be gone first
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
-  struct Impl;  ///< defined inside the library only
 
- private:
-  friend struct ControllerAccess;  // the library's own access to the internals
-  ControlPlane();  // create() starts it, so that a failure is a Result rather than a throw
-  std::unique_ptr<Impl> impl_;
+ protected:
+  ControlPlane() = default;  // create() makes the library's own kind, which holds the thread
 };
 
 /// Completion of an admin command: status and DW0 (DW1 for 8-byte properties).
@@ -134,7 +131,9 @@ class Controller {
   /// blocks up to connect_timeout for the connection and admin_timeout per admin command.
   static Result<std::shared_ptr<Controller>> connect(ControlPlane& cp, const TransportAddress& addr,
                                                      const ConnectOptions& opts);
-  ~Controller();  ///< disconnects
+  virtual ~Controller();  ///< disconnects
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
 
   const ControllerInfo& info() const noexcept;
   const TransportAddress& address() const noexcept;
@@ -189,12 +188,8 @@ class Controller {
   /// Idempotent; any thread.
   void disconnect();
 
-  struct Impl;  ///< defined inside the library only
-
- private:
-  friend struct ControllerAccess;
-  explicit Controller(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;  // shared with work posted to the control thread
+ protected:
+  Controller() = default;  ///< connect() makes the library's own kind of Controller
 };
 
 }  // namespace nvmeof

@@ -6,7 +6,9 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define NVMEOF_API __attribute__((visibility("default")))
-/* For the library's own definitions of the Impl types nested in public classes. */
+/* For the library's own types behind the public classes (the state a public class points to, or
+ * the subclass the library makes of it): hidden, where a class nested in a public one would
+ * otherwise take its visibility. */
 #define NVMEOF_LOCAL __attribute__((visibility("hidden")))
 #define NVMEOF_API_BEGIN _Pragma("GCC visibility push(default)")
 #define NVMEOF_API_END _Pragma("GCC visibility pop")

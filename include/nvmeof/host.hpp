@@ -37,8 +37,6 @@ enum class PollMode : uint8_t {
   sleep,
 };
 const char* to_string(PollMode m) noexcept;
-/// "busy", "adaptive", "sleep". Errc::invalid_argument otherwise.
-Result<PollMode> parse_poll_mode(std::string_view s);
 
 struct HostOptions {
   unsigned reactors = 1;                 ///< reactor threads (data plane), fixed for the engine's life
@@ -133,10 +131,8 @@ class Host {
   /// The TCP port of HostOptions::metrics_listen (0 when it is empty).
   uint16_t metrics_port() const noexcept;
 
-  struct Impl;  ///< what create() and shared() make; defined inside the library only
-
  protected:
-  Host() = default;
+  Host() = default;  ///< create() and shared() make the library's own kind of Host
 };
 
 }  // namespace nvmeof

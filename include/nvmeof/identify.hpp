@@ -1,12 +1,9 @@
-// Parsed forms of Identify data and log pages, and the pure functions that parse them.
-// The raw layouts are libnvme's (<nvme/types.h>); parsing checks every length against the
-// buffer it was given: short or inconsistent input yields Errc::short_data, never a read past
-// the end. Threading: pure functions.
+// Identify data and log pages as the library reads them from a controller (Controller::info,
+// identify_namespace, ana_log, discovery_log; Volume::ns). Threading: plain data.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -54,9 +51,6 @@ struct ControllerInfo {
   uint32_t in_capsule_data() const noexcept { return ioccsz_bytes > 64 ? ioccsz_bytes - 64 : 0; }
 };
 
-/// Identify Controller data is 4096 bytes; returns short_data when `raw` is shorter.
-Result<ControllerInfo> parse_identify_controller(std::span<const uint8_t> raw);
-
 using Nguid = std::array<uint8_t, 16>;
 using Eui64 = std::array<uint8_t, 8>;
 using Uuid = std::array<uint8_t, 16>;
@@ -85,12 +79,6 @@ struct NamespaceInfo {
   NamespaceId id;
 };
 
-/// Identify Namespace (4096 bytes). A namespace that is not active (NSZE 0) parses with
-/// size_blocks 0. Errors: short_data, invalid_argument (LBA format out of range).
-Result<NamespaceInfo> parse_identify_namespace(std::span<const uint8_t> raw, uint32_t nsid);
-/// Merges a Namespace Identification Descriptor list (CNS 03h) into `id`.
-Result<void> parse_ns_descriptors(std::span<const uint8_t> raw, NamespaceId& id);
-
 enum class AnaState : uint8_t {
   optimized = 0x1,
   non_optimized = 0x2,
@@ -99,9 +87,6 @@ enum class AnaState : uint8_t {
   change = 0xf,
 };
 const char* to_string(AnaState s) noexcept;
-/// Parses "optimized", "non-optimized" / "non_optimized", "inaccessible", "persistent-loss",
-/// "change". Errc::invalid_argument otherwise.
-Result<AnaState> parse_ana_state(std::string_view s);
 
 struct AnaGroup {
   uint32_t grpid = 0;
@@ -115,10 +100,6 @@ struct AnaLog {
   /// The group holding `grpid`, or nullptr.
   const AnaGroup* group(uint32_t grpid) const noexcept;
 };
-/// ANA log page (0x0C). Errors: short_data when a descriptor or its NSID list runs past `raw`,
-/// malformed (invalid_argument) on an unknown state value.
-Result<AnaLog> parse_ana_log(std::span<const uint8_t> raw);
-
 struct DiscoveryEntry {
   uint8_t trtype = 0;   ///< 1 rdma, 3 tcp
   uint8_t adrfam = 0;   ///< 1 ipv4, 2 ipv6
@@ -136,8 +117,5 @@ struct DiscoveryLog {
   uint64_t genctr = 0;
   std::vector<DiscoveryEntry> entries;
 };
-/// Discovery log page (0x70): 1024-byte header then 1024-byte entries. Errors: short_data.
-Result<DiscoveryLog> parse_discovery_log(std::span<const uint8_t> raw);
-
 }  // namespace nvmeof
 NVMEOF_API_END

@@ -334,9 +334,8 @@ class Target {
   Result<void> write_ns(const std::string& nqn, uint32_t nsid, uint64_t offset, const void* buf,
                         size_t len);
 
-  struct Impl;  ///< defined inside the library only
-
  private:
+  struct Impl;  // opaque, defined inside the library
   explicit Target(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -76,10 +76,6 @@ class Topology {
   std::vector<int> cpu_node_;  ///< indexed by CPU number
 };
 
-/// Parses a sysfs cpulist ("0-3,8,10-11"; empty means none), ascending without duplicates.
-/// Errors: Errc::invalid_argument when malformed.
-Result<std::vector<int>> parse_cpulist(std::string_view s);
-
 /// The interface the kernel would send packets to `traddr` through: a connected UDP socket
 /// (no packet is sent) asks the routing table for the source address, which names the interface
 /// (getifaddrs). For an address of this host the answer is the interface that owns it. Errors:

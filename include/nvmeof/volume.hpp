@@ -38,9 +38,8 @@ enum class FenceMode : uint8_t {
   skip_unsafe,
 };
 const char* to_string(SelectorKind k) noexcept;
-Result<SelectorKind> parse_selector(std::string_view s);
 
-// PollMode, parse_poll_mode: nvmeof/host.hpp (how the engine's reactor threads wait).
+// PollMode: nvmeof/host.hpp (how the engine's reactor threads wait).
 
 
 struct VolumeOptions {
@@ -304,9 +303,8 @@ class Volume {
   Awaitable write_zeroes(uint64_t slba, uint32_t nlb) noexcept;
   Awaitable dsm(DsmRange* ranges, uint32_t nr) noexcept;
 
-  struct Impl;
-
  private:
+  struct Impl;  // opaque, defined inside the library
   explicit Volume(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

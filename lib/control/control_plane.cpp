@@ -8,21 +8,20 @@
 
 namespace nvmeof {
 
-void ControlPlane::Impl::kick() noexcept {
+void ControlPlaneImpl::kick() noexcept {
   ++polling;
   reactor->poll();
   --polling;
 }
 
-bool ControlPlane::Impl::run_until(const std::function<bool()>& done,
-                                   std::chrono::milliseconds timeout) {
+bool ControlPlaneImpl::run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   ++polling;
   const bool ok = reactor->run_until(done, timeout);
   --polling;
   return ok;
 }
 
-void ControlPlane::Impl::arm_notify() {
+void ControlPlaneImpl::arm_notify() {
   notify->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                      [this](const boost::system::error_code& ec) {
                        if (ec) return;  // cancelled at shutdown
@@ -35,13 +34,11 @@ void ControlPlane::Impl::arm_notify() {
                      });
 }
 
-ControlPlane::ControlPlane() : impl_(std::make_unique<Impl>()) {}
-
 // A plane that fails half-way is destroyed like any other: without a thread, the destructor
 // only releases what was made.
 Result<std::unique_ptr<ControlPlane>> ControlPlane::create() {
-  std::unique_ptr<ControlPlane> cp(new ControlPlane());
-  Impl& im = *cp->impl_;
+  auto cp = std::make_unique<ControlPlaneImpl>();
+  ControlPlaneImpl& im = *cp;
   ReactorOptions ro;
   ro.ring_entries = 256;
   ro.post_capacity = 1024;
@@ -69,11 +66,17 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::create() {
     return {e.code(), std::string("nvmeof: control plane thread: ") + e.what()};
   }
   fut.get();
-  return cp;
+  return std::unique_ptr<ControlPlane>(std::move(cp));
 }
 
-ControlPlane::~ControlPlane() {
-  Impl& im = *impl_;
+ControlPlane::~ControlPlane() = default;
+
+ControlPlaneImpl::~ControlPlaneImpl() {
+  ControlPlaneImpl& im = *this;
+  if (!im.notify) {  // create() failed before the thread could start
+    im.reactor.reset();
+    return;
+  }
   boost::asio::post(im.io, [&im] {
     boost::system::error_code ignored;
     im.notify->cancel(ignored);

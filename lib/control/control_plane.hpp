@@ -23,7 +23,10 @@ namespace nvmeof {
 
 // Threading: `io` and `thread_id` are set before the thread starts and never change; the reactor
 // and the stream descriptor are used only on the control thread after that.
-struct NVMEOF_LOCAL ControlPlane::Impl {
+struct NVMEOF_LOCAL ControlPlaneImpl final : ControlPlane {
+  ControlPlaneImpl() = default;
+  ~ControlPlaneImpl() override;
+
   boost::asio::io_context io;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   std::unique_ptr<Reactor> reactor;
@@ -53,6 +56,12 @@ struct NVMEOF_LOCAL ControlPlane::Impl {
   }
 
   void arm_notify();
+};
+
+/// The library's way to a ControlPlane's thread and io_context: every ControlPlane is a
+/// ControlPlaneImpl, the only kind ControlPlane::create() makes.
+struct ControllerAccess {
+  static ControlPlaneImpl& impl(ControlPlane& cp) noexcept { return static_cast<ControlPlaneImpl&>(cp); }
 };
 
 }  // namespace nvmeof

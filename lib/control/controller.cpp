@@ -18,6 +18,7 @@
 #include "auth/dhchap.hpp"
 #include "control/controller_access.hpp"
 #include "control/queue_limits.hpp"
+#include "core/fabrics_command.hpp"
 #include "core/node_memory.hpp"
 #include "fabric/admin.hpp"
 #include "tls/psk.hpp"
@@ -302,6 +303,8 @@ class QidPool {
 
 }  // namespace
 
+struct ControllerCore;
+
 // One admin command in flight. Its data goes through `buf`, never the caller's memory, so a
 // command the caller stopped waiting for can still complete safely.
 struct AdminOp {
@@ -315,19 +318,19 @@ struct AdminOp {
   bool finished = false;
   Cqe cqe{};
   std::error_code queue_error;
-  Controller::Impl* impl = nullptr;
+  ControllerCore* impl = nullptr;
 };
 
 // Threading: `addr`, `opts`, `info`, `cap`, `cntlid`, `granted` are written during connect()
 // before the Controller object is published and are read-only afterwards. `live` is atomic.
 // Callbacks are guarded by `cb_mu`. Everything else belongs to the control thread.
-struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminChannel,
-                                             std::enable_shared_from_this<Controller::Impl> {
-  Impl(ControlPlane::Impl& c, const TransportAddress& a, const ConnectOptions& o)
+struct NVMEOF_LOCAL ControllerCore final : QueuePairListener, fabric::AdminChannel,
+                                           std::enable_shared_from_this<ControllerCore> {
+  ControllerCore(ControlPlaneImpl& c, const TransportAddress& a, const ConnectOptions& o)
       : cp(c), addr(a), opts(o), limits(detail::transport_limits(a.transport)), ka_timer(c.io),
         ka_deadline(c.io) {}
 
-  ControlPlane::Impl& cp;
+  ControlPlaneImpl& cp;
   TransportAddress addr;
   ConnectOptions opts;
   const TransportLimits& limits;  // of addr's transport: every queue of this controller is sized by them
@@ -390,7 +393,7 @@ struct NVMEOF_LOCAL Controller::Impl final : QueuePairListener, fabric::AdminCha
   void shutdown();
 };
 
-void Controller::Impl::start_op(const std::shared_ptr<AdminOp>& op) {
+void ControllerCore::start_op(const std::shared_ptr<AdminOp>& op) {
   op->impl = this;
   if (!admin_qp || admin_qp->state() != QpState::live) {
     op->done(*op, failed_cqe(status::kHostPathError));
@@ -398,7 +401,7 @@ void Controller::Impl::start_op(const std::shared_ptr<AdminOp>& op) {
   }
   op->req.data = op->buf.empty() ? nullptr : op->buf.data();
   op->req.data_len = static_cast<uint32_t>(op->buf.size());
-  op->req.on_complete = &Impl::op_complete;
+  op->req.on_complete = &ControllerCore::op_complete;
   op->req.user = op.get();
   const int rc = admin_qp->submit(op->req);
   if (rc == -EAGAIN) {
@@ -415,7 +418,7 @@ void Controller::Impl::start_op(const std::shared_ptr<AdminOp>& op) {
   if (cp.polling == 0) cp.kick();
 }
 
-void Controller::Impl::finish_op(AdminOp* op, const Cqe& cqe) {
+void ControllerCore::finish_op(AdminOp* op, const Cqe& cqe) {
   auto it = ops.find(op);
   if (it == ops.end()) return;
   std::shared_ptr<AdminOp> hold = std::move(it->second);
@@ -424,7 +427,7 @@ void Controller::Impl::finish_op(AdminOp* op, const Cqe& cqe) {
   drain_waiting();
 }
 
-void Controller::Impl::drain_waiting() {
+void ControllerCore::drain_waiting() {
   while (!waiting.empty()) {
     if (admin_qp && admin_qp->state() == QpState::live &&
         admin_qp->outstanding() >= admin_qp->depth())
@@ -435,11 +438,11 @@ void Controller::Impl::drain_waiting() {
   }
 }
 
-Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32_t len) {
+Result<AdminResult> ControllerCore::execute(const Sqe& cmd, void* data, uint32_t len) {
   return execute(cmd, data, len, opts.admin_timeout);
 }
 
-Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32_t len,
+Result<AdminResult> ControllerCore::execute(const Sqe& cmd, void* data, uint32_t len,
                                               std::chrono::milliseconds timeout) {
   const bool to_ctrl = is_host_to_controller(cmd);
   const bool from_ctrl = is_controller_to_host(cmd);
@@ -459,7 +462,7 @@ Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32
     start_op(op);
     cp.run_until([&] { return op->finished; }, timeout);
   } else {
-    std::weak_ptr<Impl> w = weak_from_this();
+    std::weak_ptr<ControllerCore> w = weak_from_this();
     boost::asio::post(cp.io, [w, op] {
       if (auto self = w.lock()) self->start_op(op);
     });
@@ -476,18 +479,18 @@ Result<AdminResult> Controller::Impl::execute(const Sqe& cmd, void* data, uint32
   return AdminResult{op->cqe.status(), op->cqe.dw0, op->cqe.dw1};
 }
 
-Result<uint32_t> Controller::Impl::admin_command(const Sqe& cmd, void* data, uint32_t len) {
+Result<uint32_t> ControllerCore::admin_command(const Sqe& cmd, void* data, uint32_t len) {
   auto r = execute(cmd, data, len);
   if (!r) return r.error();
   if (!r->status.is_success()) return make_error_code(r->status);
   return r->dw0;
 }
 
-uint32_t Controller::Impl::admin_max_transfer() const noexcept {
+uint32_t ControllerCore::admin_max_transfer() const noexcept {
   return detail::admin_max_transfer(limits, info);
 }
 
-void Controller::Impl::fail(std::error_code why) {
+void ControllerCore::fail(std::error_code why) {
   if (failed) return;
   failed = true;
   failure = why;
@@ -510,7 +513,7 @@ void Controller::Impl::fail(std::error_code why) {
   }
 }
 
-void Controller::Impl::schedule_keep_alive() {
+void ControllerCore::schedule_keep_alive() {
   if (kato == 0 || failed) return;
   // Four keep-alives per KATO, not two: with the shortest KATO (100 ms) a control thread held
   // off for half of it on a loaded host must not let the controller's timer expire.
@@ -530,7 +533,7 @@ void Controller::Impl::schedule_keep_alive() {
   });
 }
 
-void Controller::Impl::send_keep_alive() {
+void ControllerCore::send_keep_alive() {
   if (ka_outstanding || !admin_qp) return;  // the deadline timer watches the one in flight
   ka_outstanding = true;
   keep_alives_sent.store(keep_alives_sent.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -563,7 +566,7 @@ void Controller::Impl::send_keep_alive() {
   start_op(op);
 }
 
-void Controller::Impl::arm_aer() {
+void ControllerCore::arm_aer() {
   if (failed || !admin_qp) return;
   auto op = std::make_shared<AdminOp>();
   prep_async_event_request(op->req.cmd);
@@ -587,7 +590,7 @@ void Controller::Impl::arm_aer() {
   start_op(op);
 }
 
-void Controller::Impl::shutdown() {
+void ControllerCore::shutdown() {
   disconnecting = true;
   live.store(false);
   ka_timer.cancel();
@@ -605,15 +608,32 @@ void Controller::Impl::shutdown() {
   }
 }
 
-Controller::Controller(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+namespace {
 
-Controller::~Controller() {
-  if (!impl_) return;
-  ControlPlane::Impl& cp = impl_->cp;
+// What connect() returns: the public Controller over the state it shares with the work posted to
+// the control thread (the public class has no members; the library reaches the state by
+// static_cast, as it does a Host's engine).
+struct ControllerHandle final : Controller {
+  explicit ControllerHandle(std::shared_ptr<ControllerCore> c) : core(std::move(c)) {}
+  ~ControllerHandle() override;
+  std::shared_ptr<ControllerCore> core;
+};
+
+ControllerCore& core_of(const Controller& c) noexcept {
+  return *static_cast<const ControllerHandle&>(c).core;
+}
+
+}  // namespace
+
+Controller::~Controller() = default;
+
+ControllerHandle::~ControllerHandle() {
+  if (!core) return;
+  ControlPlaneImpl& cp = core->cp;
   // The last reference goes on the control thread, where the timers live.
   cp.call([this] {
-    impl_->shutdown();
-    impl_.reset();
+    core->shutdown();
+    core.reset();
   });
 }
 
@@ -633,7 +653,7 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   auto tls = make_tls(opts, addr);
   if (!tls) return tls.error();
 
-  ControlPlane::Impl& cp = ControllerAccess::impl(plane);
+  ControlPlaneImpl& cp = ControllerAccess::impl(plane);
   const detail::QueueShape shape = detail::admin_queue_shape(limits, opts.admin_queue_depth);
   PairParams pp;
   pp.qid = 0;
@@ -648,7 +668,7 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
   auto np = connect_pair(*cp.reactor, addr, opts, std::move(pp));
   if (!np) return np.error();
 
-  auto impl = std::make_shared<Impl>(cp, addr, opts);
+  auto impl = std::make_shared<ControllerCore>(cp, addr, opts);
   impl->kato = pp.kato_ms;
   impl->authenticate = std::move(*authenticator);
   impl->tls = std::move(*tls);
@@ -733,23 +753,23 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
     impl->schedule_keep_alive();
     impl->arm_aer();
   });
-  return std::shared_ptr<Controller>(new Controller(std::move(impl)));
+  return std::shared_ptr<Controller>(std::make_shared<ControllerHandle>(std::move(impl)));
 }
 
-const ControllerInfo& Controller::info() const noexcept { return impl_->info; }
-const TransportAddress& Controller::address() const noexcept { return impl_->addr; }
-const ConnectOptions& Controller::options() const noexcept { return impl_->opts; }
-uint32_t Controller::io_queues() const noexcept { return impl_->granted; }
-uint32_t Controller::kato_ms() const noexcept { return impl_->kato; }
+const ControllerInfo& Controller::info() const noexcept { return core_of(*this).info; }
+const TransportAddress& Controller::address() const noexcept { return core_of(*this).addr; }
+const ConnectOptions& Controller::options() const noexcept { return core_of(*this).opts; }
+uint32_t Controller::io_queues() const noexcept { return core_of(*this).granted; }
+uint32_t Controller::kato_ms() const noexcept { return core_of(*this).kato; }
 std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept {
-  auto& impl = ControllerAccess::impl(ctrl);
+  auto& impl = core_of(ctrl);
   return impl.info.traffic_based_keep_alive() ? impl.traffic_ns : nullptr;
 }
 
 uint64_t Controller::keep_alives_sent() const noexcept {
-  return impl_->keep_alives_sent.load(std::memory_order_relaxed);
+  return core_of(*this).keep_alives_sent.load(std::memory_order_relaxed);
 }
-bool Controller::is_live() const noexcept { return impl_->live.load(); }
+bool Controller::is_live() const noexcept { return core_of(*this).live.load(); }
 
 Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,
                                                    uint32_t depth) {
@@ -760,7 +780,7 @@ Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& re
 
 Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
                                          int memory_node) {
-  Controller::Impl* impl_ = &ControllerAccess::impl(ctrl);
+  ControllerCore* impl_ = &core_of(ctrl);
   if (!impl_->live.load()) return Errc::not_connected;
   const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
   if (depth == 0) depth = impl_->opts.io_queue_depth;
@@ -790,23 +810,26 @@ Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint3
 }
 
 Result<AdminResult> Controller::admin(const Sqe& cmd, void* data, uint32_t len) {
-  return impl_->execute(cmd, data, len);
+  return core_of(*this).execute(cmd, data, len);
 }
 
 Result<NamespaceInfo> Controller::identify_namespace(uint32_t nsid) {
-  return fabric::identify_namespace(*impl_, nsid);
+  return fabric::identify_namespace(core_of(*this), nsid);
 }
 
-Result<std::vector<uint32_t>> Controller::active_namespaces() { return fabric::active_namespaces(*impl_); }
+Result<std::vector<uint32_t>> Controller::active_namespaces() { return fabric::active_namespaces(core_of(*this)); }
 
-Result<AnaLog> Controller::ana_log() { return fabric::ana_log(*impl_, impl_->info.nn); }
+Result<AnaLog> Controller::ana_log() {
+  ControllerCore& core = core_of(*this);
+  return fabric::ana_log(core, core.info.nn);
+}
 
-Result<DiscoveryLog> Controller::discovery_log() { return fabric::discovery_log(*impl_); }
+Result<DiscoveryLog> Controller::discovery_log() { return fabric::discovery_log(core_of(*this)); }
 
 Result<void> Controller::keep_alive() {
   Sqe c;
   prep_keep_alive(c);
-  auto r = impl_->execute(c, nullptr, 0);
+  auto r = core_of(*this).execute(c, nullptr, 0);
   if (!r) return r.error();
   if (!r->status.is_success()) return make_error_code(r->status);
   return {};
@@ -814,16 +837,17 @@ Result<void> Controller::keep_alive() {
 
 Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
                                                 std::chrono::milliseconds timeout) {
-  if (impl_->info.ccrl == 0) return Errc::unsupported;
+  ControllerCore& core = core_of(*this);
+  if (core.info.ccrl == 0) return Errc::unsupported;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   uint64_t seen_events;
   {
-    std::lock_guard lock(impl_->ccr_mu);
-    seen_events = impl_->ccr_events;
+    std::lock_guard lock(core.ccr_mu);
+    seen_events = core.ccr_events;
   }
   Sqe c;
   prep_cross_controller_reset(c, impacted.cntlid, impacted.ciu, impacted.cirn);
-  auto r = impl_->execute(c, nullptr, 0, timeout);
+  auto r = core.execute(c, nullptr, 0, timeout);
   if (!r) return r.error();
   const bool already = r->status.sct() == Sct::command_specific && r->status.sc() == ccr::kScInProgress;
   if (!r->status.is_success() && !already) return make_error_code(r->status);
@@ -831,13 +855,13 @@ Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
   // In progress: the controller adds the reset to its CCR log and raises an event when it is
   // done. The log is polled as well, so a lost event only costs a poll period.
   for (;;) {
-    auto hdr = fabric::get_log_page(*impl_, log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
+    auto hdr = fabric::get_log_page(core, log_page::kCrossControllerReset, 0xffffffffu, ccr::kLogHeaderLen);
     if (!hdr) return hdr.error();
     uint16_t ne;
     std::memcpy(&ne, hdr->data(), sizeof ne);
     ne = static_cast<uint16_t>(std::min<size_t>(ne, ccr::kMaxLogEntries));
-    auto log = fabric::get_log_page(*impl_, log_page::kCrossControllerReset, 0xffffffffu,
-                              static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
+    auto log = fabric::get_log_page(core, log_page::kCrossControllerReset, 0xffffffffu,
+                                    static_cast<uint32_t>(ccr::kLogHeaderLen + ne * ccr::kLogEntryLen));
     if (!log) return log.error();
     for (size_t i = 0; i < ne; ++i) {
       const uint8_t* e = log->data() + ccr::kLogHeaderLen + i * ccr::kLogEntryLen;
@@ -847,26 +871,29 @@ Result<void> Controller::cross_controller_reset(const ControllerInfo& impacted,
       if (e[6] == ccr::kStatusSuccess) return {};
       if (e[6] == ccr::kStatusFailed) return Errc::controller_fatal;
     }
-    std::unique_lock lock(impl_->ccr_mu);
+    std::unique_lock lock(core.ccr_mu);
     const auto wake = std::min(deadline, std::chrono::steady_clock::now() + kCcrLogPoll);
-    impl_->ccr_cv.wait_until(lock, wake, [&] { return impl_->ccr_events != seen_events; });
-    seen_events = impl_->ccr_events;
+    core.ccr_cv.wait_until(lock, wake, [&] { return core.ccr_events != seen_events; });
+    seen_events = core.ccr_events;
     if (std::chrono::steady_clock::now() >= deadline) return Errc::timeout;
   }
 }
 
 void Controller::on_async_event(std::function<void(uint32_t dw0)> fn) {
-  std::lock_guard lock(impl_->cb_mu);
-  impl_->on_aen = std::move(fn);
+  ControllerCore& core = core_of(*this);
+  std::lock_guard lock(core.cb_mu);
+  core.on_aen = std::move(fn);
 }
 
 void Controller::on_failure(std::function<void(std::error_code)> fn) {
-  std::lock_guard lock(impl_->cb_mu);
-  impl_->on_fail = std::move(fn);
+  ControllerCore& core = core_of(*this);
+  std::lock_guard lock(core.cb_mu);
+  core.on_fail = std::move(fn);
 }
 
 void Controller::disconnect() {
-  impl_->cp.call([this] { impl_->shutdown(); });
+  ControllerCore& core = core_of(*this);
+  core.cp.call([&core] { core.shutdown(); });
 }
 
 }  // namespace nvmeof

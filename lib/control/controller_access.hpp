@@ -47,9 +47,6 @@ Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint3
 /// keep-alive), or nullptr when the controller's keep-alive is not traffic based.
 std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept;
 
-struct ControllerAccess {
-  static ControlPlane::Impl& impl(ControlPlane& cp) noexcept { return *cp.impl_; }
-  static Controller::Impl& impl(Controller& c) noexcept { return *c.impl_; }
-};
+
 
 }  // namespace nvmeof

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "core/identify.hpp"
 #include "fabric/admin.hpp"
 #include "transport/uring/admin.hpp"
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "nvmeof/command.hpp"
+#include "core/fabrics_command.hpp"
 
 namespace nvmeof {
 

@@ -1,4 +1,4 @@
-#include "nvmeof/identify.hpp"
+#include "core/identify.hpp"
 
 #include <nvme/types.h>
 

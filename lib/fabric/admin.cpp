@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/identify.hpp"
+
 namespace nvmeof::fabric {
 
 Result<std::vector<uint8_t>> read_data(AdminChannel& ch, const Sqe& cmd, uint32_t len) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/fabrics_command.hpp"
 #include "core/log.hpp"
 
 namespace nvmeof::fabric {

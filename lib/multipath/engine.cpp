@@ -239,7 +239,7 @@ bool same_options(const HostOptions& a, const HostOptions& b) {
 
 Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::vector<TransportAddress>& paths) {
   if (opts.reactors == 0) return Errc::invalid_argument;
-  auto impl = std::make_shared<Host::Impl>();
+  auto impl = std::make_shared<Engine>();
   auto cp = ControlPlane::create();
   if (!cp) return cp.failure();
   impl->cp = std::move(*cp);
@@ -269,7 +269,7 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
     if (auto r = er->start(); !r) return r.error();
     impl->reactors.push_back(std::move(er));
   }
-  // ~Impl stops them before anything they read.
+  // ~Engine stops them before anything they read.
   auto observers = start_host_observers(*impl);
   if (!observers) return observers.error();
   impl->observers = std::move(*observers);
@@ -280,16 +280,16 @@ Result<std::shared_ptr<Host>> make_engine(const HostOptions& opts, const std::ve
 
 namespace nvmeof {
 
-Host::Impl::Impl() = default;
+Engine::Engine() = default;
 
-Host::Impl::~Impl() {
+Engine::~Engine() {
   observers.reset();  // no scrape reads the engine after this
   // Pool work may still post to the control loop; it finishes first, then the reactors.
   pool.join();
   for (auto& r : reactors) r->stop();
 }
 
-detail::EngineReactor* Host::Impl::current_reactor() const noexcept {
+detail::EngineReactor* Engine::current_reactor() const noexcept {
   for (const auto& r : reactors)
     if (r->on_thread()) return r.get();
   return nullptr;
@@ -316,9 +316,9 @@ uint16_t Host::metrics_port() const noexcept {
 
 HostStats Host::stats() const {
   HostStats s;
-  const Impl& e = engine_of(*this);
+  const Engine& e = engine_of(*this);
   s.reactors = static_cast<unsigned>(e.reactors.size());
-  s.threads = s.reactors + 1 + Impl::kPoolThreads;
+  s.threads = s.reactors + 1 + Engine::kPoolThreads;
   s.volumes = e.volumes.load(std::memory_order_relaxed);
   std::vector<std::shared_ptr<detail::SubsystemPaths>> subs;
   {

@@ -87,10 +87,11 @@ namespace detail {
 class Observers;
 }
 
+/// The engine: the Host that create() and shared() make (every Host is one; engine_of()).
 /// Threading: everything is written by create() before the engine is handed out and only read
 /// afterwards, except `volumes` and `subsystems_open` (relaxed counts for stats) and
 /// `subsystems` (under `subsystems_mu`, any thread that opens a volume).
-struct NVMEOF_LOCAL Host::Impl final : Host {
+struct NVMEOF_LOCAL Engine final : Host {
   HostOptions opts;
   Topology topology;
   Placement placement;
@@ -109,14 +110,14 @@ struct NVMEOF_LOCAL Host::Impl final : Host {
   static constexpr unsigned kPoolThreads = 4;
   std::unique_ptr<detail::Observers> observers;  // HostOptions::metrics_listen (multipath/observers.hpp)
 
-  Impl();  // out of line: Observers is complete only there
-  ~Impl() override;
+  Engine();  // out of line: Observers is complete only there
+  ~Engine() override;
   /// The reactor the calling thread runs, or nullptr.
   detail::EngineReactor* current_reactor() const noexcept;
 };
 
 /// The engine behind a Host (every Host is one).
-inline Host::Impl& engine_of(Host& h) noexcept { return static_cast<Host::Impl&>(h); }
-inline const Host::Impl& engine_of(const Host& h) noexcept { return static_cast<const Host::Impl&>(h); }
+inline Engine& engine_of(Host& h) noexcept { return static_cast<Engine&>(h); }
+inline const Engine& engine_of(const Host& h) noexcept { return static_cast<const Engine&>(h); }
 
 }  // namespace nvmeof

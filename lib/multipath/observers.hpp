@@ -15,6 +15,10 @@
 #include "nvmeof/host.hpp"
 #include "nvmeof/status.hpp"
 
+namespace nvmeof {
+struct Engine;
+}
+
 namespace nvmeof::detail {
 
 class VolumeImpl;
@@ -36,6 +40,6 @@ Result<std::unique_ptr<Observers>> start_volume_observers(VolumeImpl& volume);
 
 /// The engine's metrics endpoint (HostOptions::metrics_listen), or nullptr when none is asked
 /// for. `engine` must outlive what this returns. Errors as start_volume_observers.
-Result<std::unique_ptr<Observers>> start_host_observers(const Host::Impl& engine);
+Result<std::unique_ptr<Observers>> start_host_observers(const Engine& engine);
 
 }  // namespace nvmeof::detail

@@ -813,7 +813,7 @@ Result<std::unique_ptr<Volume>> Volume::open(std::shared_ptr<Host> host, const V
   // them (ARCHITECTURE.md, "Shared controllers"); made and connected by the first.
   std::shared_ptr<detail::SubsystemPaths> sub;
   {
-    Host::Impl& e = engine_of(*host);
+    Engine& e = engine_of(*host);
     const std::string key = detail::subsystem_key(opts);
     std::lock_guard lock(e.subsystems_mu);
     std::erase_if(e.subsystems, [](const auto& kv) { return kv.second.expired(); });
@@ -827,7 +827,7 @@ Result<std::unique_ptr<Volume>> Volume::open(std::shared_ptr<Host> host, const V
   if (!ns) {
     if (sub->failed_to_open()) {
       // Not kept: the next open connects afresh.
-      Host::Impl& e = engine_of(*host);
+      Engine& e = engine_of(*host);
       std::lock_guard lock(e.subsystems_mu);
       std::erase_if(e.subsystems, [&](const auto& kv) { return kv.second.lock() == sub; });
     }

@@ -6,7 +6,7 @@
 namespace nvmeof::detail {
 
 void SubsystemPaths::plan_placement() {
-  const Host::Impl& h = engine_of(*host_);
+  const Engine& h = engine_of(*host_);
   topology_ = h.topology;
   placement_ = h.placement;
   placement_.paths.clear();

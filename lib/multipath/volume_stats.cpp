@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "multipath/option_text.hpp"
 #include "multipath/volume_impl.hpp"
 
 namespace nvmeof {

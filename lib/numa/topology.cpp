@@ -16,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "numa/cpulist.hpp"
+
 namespace nvmeof {
 namespace {
 

@@ -12,6 +12,7 @@
 
 #include "multipath/engine.hpp"
 #include "multipath/observers.hpp"
+#include "multipath/option_text.hpp"
 #include "multipath/volume_impl.hpp"
 #include "observe/control_socket.hpp"
 #include "observe/metrics.hpp"
@@ -126,10 +127,10 @@ Result<std::unique_ptr<Observers>> start_volume_observers(VolumeImpl& v) {
   return std::unique_ptr<Observers>(std::move(o));
 }
 
-Result<std::unique_ptr<Observers>> start_host_observers(const Host::Impl& engine) {
+Result<std::unique_ptr<Observers>> start_host_observers(const Engine& engine) {
   if (engine.opts.metrics_listen.empty()) return std::unique_ptr<Observers>();
   // Built at each scrape from one stats() snapshot.
-  const Host::Impl* self = &engine;
+  const Engine* self = &engine;
   auto m = serve_host_metrics(engine.opts.metrics_listen, [self] { return self->stats(); });
   if (!m) return m.error();
   return std::unique_ptr<Observers>(std::make_unique<HostObservers>(std::move(*m)));

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "nvmeof/command.hpp"
+#include "core/fabrics_command.hpp"
 #include "target/clock.hpp"
 #include "target/tcp_connection.hpp"
 

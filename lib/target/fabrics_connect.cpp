@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/fabrics_command.hpp"
 #include "target/clock.hpp"
 #include "target/controller.hpp"
 #include "target/queue_auth.hpp"

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/fabrics_command.hpp"
 #include "target/ns_store.hpp"
 #include "target/subsystem.hpp"
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/fabrics_command.hpp"
 #include "auth/messages.hpp"
 #include "target/admin_commands.hpp"
 #include "target/clock.hpp"

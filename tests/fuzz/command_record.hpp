@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/fabrics_command.hpp"
 #include "nvmeof/command.hpp"
 
 namespace nvmeof::fuzz {

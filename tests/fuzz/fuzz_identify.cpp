@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "nvmeof/identify.hpp"
+#include "core/identify.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> raw(data, size);

@@ -13,6 +13,7 @@
 
 #include "command_record.hpp"
 #include "core/crc32c.hpp"
+#include "core/fabrics_command.hpp"
 #include "nvmeof/command.hpp"
 #include "nvmeof/identify.hpp"
 #include "nvmeof/target.hpp"

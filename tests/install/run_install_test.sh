@@ -3,7 +3,8 @@
 #   run_install_test.sh SOURCE-ROOT BUILD-ROOT
 # 1. `meson install --destdir` of the build into a temporary directory;
 # 2. the installed files: libnvmeof.so (SONAME) and .a, libnvmeof-target, the public headers
-#    (and none of the internal ones), the three tools, nvmeof.pc and nvmeof-target.pc;
+#    (and none of the internal ones; none befriends a type or declares a parse_ function), the
+#    three tools, nvmeof.pc and nvmeof-target.pc;
 # 3. the dynamic symbols of both libraries: only public names (nvmeof:: names declared in the
 #    installed headers, nvmeof_ C names), nothing of the internals, no std:: instantiations;
 # 4. each installed header compiles on its own with `pkg-config --cflags nvmeof`, and reaches no
@@ -76,6 +77,11 @@ extra=$(find "$incdir" -type f ! -path "$incdir/nvmeof/*")
 if grep -nE '#include *[<"](liburing|boost/|nvme/|infiniband/|rdma/|isa-l|nlohmann/)|impl\(\)' \
     "$incdir"/nvmeof/*; then
   fail "a public header includes a dependency's header or exposes impl()"
+fi
+# The library reaches its own state behind the public classes without being befriended, and the
+# parsers of raw pages and option names are the library's (lib/), not the API.
+if grep -nE '^[^/]*\<friend +(struct|class)\>|^[^/]*\<parse_[a-z_]+\(' "$incdir"/nvmeof/*; then
+  fail "a public header befriends a type or declares a parser"
 fi
 
 step "exported symbols"

@@ -15,6 +15,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "control/controller_access.hpp"
+#include "core/identify.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/sync_io.hpp"
 #include "nvmeof/target.hpp"

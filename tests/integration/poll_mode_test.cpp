@@ -20,6 +20,7 @@
 #include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
 #include "multipath/io_trace.hpp"
+#include "multipath/option_text.hpp"
 #include "nvmeof/controller.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "core/fabrics_command.hpp"
 #include "../common/rig.hpp"
 #include "auth/dhchap.hpp"
 #include "nvmeof/target.hpp"

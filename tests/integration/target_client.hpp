@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/crc32c.hpp"
+#include "core/fabrics_command.hpp"
 #include "nvmeof/command.hpp"
 #include "tls/socket_stream.hpp"
 #include "transport/tcp/pdu.hpp"

@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "core/fabrics_command.hpp"
 #include "../common/rig.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"

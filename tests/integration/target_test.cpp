@@ -6,7 +6,8 @@
 #include <thread>
 
 #include "../common/rig.hpp"
-#include "nvmeof/identify.hpp"
+#include "core/fabrics_command.hpp"
+#include "core/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../common/rig.hpp"
-#include "nvmeof/identify.hpp"
+#include "core/identify.hpp"
 #include "nvmeof/target.hpp"
 #include "target_client.hpp"
 #include "tls/psk.hpp"

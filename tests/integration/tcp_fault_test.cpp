@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fabrics_command.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/tcp/pdu.hpp"
 #include "transport/tcp/queue_pair.hpp"
@@ -152,6 +153,21 @@ void on_done(IoRequest& r, const Cqe& c) noexcept {
   o->status = c.status();
 }
 
+// One 4 KiB read of LBA 0 into `buf` on `qp`, run to its completion (3 s at most).
+Outcome read_block0(Reactor& reactor, QueuePair& qp, std::vector<uint8_t>& buf) {
+  buf.assign(4096, 0);
+  Outcome out;
+  IoRequest req;
+  prep_read(req.cmd, 1, 0, 1);
+  req.data = buf.data();
+  req.data_len = 4096;
+  req.on_complete = &on_done;
+  req.user = &out;
+  REQUIRE(qp.submit(req) == 0);
+  REQUIRE(reactor.run_until([&] { return out.done; }, 3000ms));
+  return out;
+}
+
 struct Failed final : QueuePairListener {
   std::error_code why;
   int calls = 0;
@@ -178,16 +194,8 @@ void expect_failure(const std::function<void(int, uint16_t)>& misbehave, Errc wa
   (*qp)->set_listener(&listener);
   (*qp)->start();
   CHECK((*qp)->direct_socket() == busy);
-  std::vector<uint8_t> buf(4096);
-  Outcome out;
-  IoRequest req;
-  prep_read(req.cmd, 1, 0, 1);
-  req.data = buf.data();
-  req.data_len = 4096;
-  req.on_complete = &on_done;
-  req.user = &out;
-  REQUIRE((*qp)->submit(req) == 0);
-  REQUIRE(reactor->run_until([&] { return out.done; }, 3000ms));
+  std::vector<uint8_t> buf;
+  const Outcome out = read_block0(*reactor, **qp, buf);
   CHECK(out.status == status::kHostPathError);
   CHECK((*qp)->error() == make_error_code(want));
   CHECK(listener.calls == 1);
@@ -407,16 +415,8 @@ TEST_CASE("a good C2HData with SUCCESS completes the read without a CapsuleResp"
   REQUIRE(qp);
   (*qp)->start();
   CHECK((*qp)->direct_socket() == busy);
-  std::vector<uint8_t> buf(4096);
-  Outcome out;
-  IoRequest req;
-  prep_read(req.cmd, 1, 0, 1);
-  req.data = buf.data();
-  req.data_len = 4096;
-  req.on_complete = &on_done;
-  req.user = &out;
-  REQUIRE((*qp)->submit(req) == 0);
-  REQUIRE(reactor->run_until([&] { return out.done; }, 3000ms));
+  std::vector<uint8_t> buf;
+  const Outcome out = read_block0(*reactor, **qp, buf);
   CHECK(out.status.is_success());
   for (size_t i = 0; i < buf.size(); ++i) REQUIRE(buf[i] == static_cast<uint8_t>(i * 7));
   CHECK((*qp)->state() == QpState::live);

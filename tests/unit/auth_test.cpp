@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/fabrics_command.hpp"
 #include "auth/dhchap.hpp"
 
 using namespace nvmeof;

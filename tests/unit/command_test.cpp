@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "nvmeof/command.hpp"
+#include "core/fabrics_command.hpp"
 
 using namespace nvmeof;
 

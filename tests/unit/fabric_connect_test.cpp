@@ -9,6 +9,7 @@
 #include <deque>
 #include <vector>
 
+#include "core/fabrics_command.hpp"
 #include "fabric/connect.hpp"
 
 using namespace nvmeof;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "nvmeof/identify.hpp"
+#include "core/identify.hpp"
 
 using namespace nvmeof;
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/crc32c.hpp"
+#include "core/fabrics_command.hpp"
 #include "transport/tcp/pdu.hpp"
 
 using namespace nvmeof;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multipath/path_selector.hpp"
+#include "numa/cpulist.hpp"
 #include "nvmeof/topology.hpp"
 
 using namespace nvmeof;

@@ -23,8 +23,10 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "qp_checks.hpp"
 #include "testbed_env.hpp"
 #include "control/controller_access.hpp"
+#include "core/identify.hpp"
 #include "nvmeof/controller.hpp"
 #include "reactor/sync_io.hpp"
 #include "nvmeof/volume.hpp"
@@ -58,12 +60,6 @@ struct HostRig {
   }
 };
 
-void stamp_range(uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  test::fill_blocks(p, block_size, slba, nlb, seq);
-}
-uint32_t mismatches(const uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  return test::count_mismatches(p, block_size, slba, nlb, seq);
-}
 
 const char* digest_name(Digest d) {
   switch (d) {
@@ -170,23 +166,7 @@ TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[i
       SyncIo io(qp, *host.reactor, 1, bs, 20s);
       io.set_window(1);
       const uint32_t split = std::min(qp.max_transfer(), 1u << 20) + 4096;
-      const uint32_t sizes[] = {4096, 16384, 65536, 1u << 20, split};
-      uint64_t slba = kSyncRegion + di * 1024;
-      for (uint32_t bytes : sizes) {
-        INFO("QD1 bytes " << bytes);
-        const uint32_t nlb = bytes / bs;
-        std::vector<uint8_t> data(bytes), back(bytes, 0);
-        stamp_range(data.data(), bs, slba, nlb, ++seq);
-        auto w = io.write(slba, nlb, data.data());
-        INFO("write: " << (w ? "ok" : w.error().message()));
-        REQUIRE(w);
-        auto r = io.read(slba, nlb, back.data());
-        INFO("read: " << (r ? "ok" : r.error().message()));
-        REQUIRE(r);
-        CHECK(mismatches(back.data(), bs, slba, nlb, seq) == 0);
-        slba += nlb;
-      }
-      REQUIRE(io.flush());
+      test::write_read_each_size(io, bs, kSyncRegion + di * 1024, {4096, 16384, 65536, 1u << 20, split}, seq);
     }
 
     // QD 128 on one reactor: 4, 16 and 64 KiB interleaved on one socket, write then read.
@@ -204,7 +184,7 @@ TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[i
           const uint32_t nlb = blocks[i % 3];
           lbas[i] = kAsyncRegion + di * 2048 + i * 16ull;
           bufs[i].assign(size_t{nlb} * bs, 0);
-          if (op == opcode::kWrite) stamp_range(bufs[i].data(), bs, lbas[i], nlb, wseq);
+          if (op == opcode::kWrite) test::fill_blocks(bufs[i].data(), bs, lbas[i], nlb, wseq);
           reqs[i] = IoRequest{};
           prep_rw(reqs[i].cmd, op, 1, lbas[i], nlb);
           reqs[i].data = bufs[i].data();
@@ -220,7 +200,7 @@ TEST_CASE("verified I/O at every size, digests off and on, QD 1 and QD 128", "[i
       }
       uint32_t bad = 0;
       for (uint32_t i = 0; i < kQd; ++i)
-        bad += mismatches(bufs[i].data(), bs, lbas[i], blocks[i % 3], wseq);
+        bad += test::count_mismatches(bufs[i].data(), bs, lbas[i], blocks[i % 3], wseq);
       CHECK(bad == 0);
       CHECK(qp.outstanding() == 0);
     }

@@ -24,6 +24,7 @@
 
 #include "../common/block_stamp.hpp"
 #include "../common/verified_workload.hpp"
+#include "qp_checks.hpp"
 #include "testbed_env.hpp"
 #include "control/controller_access.hpp"
 #include "nvmeof/controller.hpp"
@@ -64,12 +65,6 @@ struct HostRig {
   }
 };
 
-void stamp_range(uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  test::fill_blocks(p, block_size, slba, nlb, seq);
-}
-uint32_t mismatches(const uint8_t* p, uint32_t block_size, uint64_t slba, uint32_t nlb, uint64_t seq) {
-  return test::count_mismatches(p, block_size, slba, nlb, seq);
-}
 
 // Disjoint LBA regions in the 16384 blocks (4 KiB) of the 64 MiB namespace.
 constexpr uint64_t kSyncRegion = 0;       // up to 1024 blocks
@@ -143,23 +138,7 @@ TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split"
     SyncIo io(qp, *host.reactor, 1, bs, 20s);
     io.set_window(1);
     const uint32_t split = qp.max_transfer() + 4096;
-    const uint32_t sizes[] = {4096, 16384, 131072, split};
-    uint64_t slba = kSyncRegion;
-    for (uint32_t bytes : sizes) {
-      INFO("QD1 bytes " << bytes);
-      const uint32_t nlb = bytes / bs;
-      std::vector<uint8_t> data(bytes), back(bytes, 0);
-      stamp_range(data.data(), bs, slba, nlb, ++seq);
-      auto w = io.write(slba, nlb, data.data());
-      INFO("write: " << (w ? "ok" : w.error().message()));
-      REQUIRE(w);
-      auto r = io.read(slba, nlb, back.data());
-      INFO("read: " << (r ? "ok" : r.error().message()));
-      REQUIRE(r);
-      CHECK(mismatches(back.data(), bs, slba, nlb, seq) == 0);
-      slba += nlb;
-    }
-    REQUIRE(io.flush());
+    test::write_read_each_size(io, bs, kSyncRegion, {4096, 16384, 131072, split}, seq);
   }
   {
     constexpr uint32_t kQd = 128;
@@ -178,7 +157,7 @@ TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split"
         const uint32_t nlb = blocks[i % 3];
         lbas[i] = kAsyncRegion + i * 32ull;
         bufs[i].assign(size_t{nlb} * bs, 0);
-        if (op == opcode::kWrite) stamp_range(bufs[i].data(), bs, lbas[i], nlb, wseq);
+        if (op == opcode::kWrite) test::fill_blocks(bufs[i].data(), bs, lbas[i], nlb, wseq);
         reqs[i] = IoRequest{};
         prep_rw(reqs[i].cmd, op, 1, lbas[i], nlb);
         reqs[i].data = bufs[i].data();
@@ -196,7 +175,7 @@ TEST_CASE("verified I/O over RDMA at QD 1 and QD 128, several sizes and a split"
       CHECK(out.failures == 0);
     }
     uint32_t bad = 0;
-    for (uint32_t i = 0; i < kQd; ++i) bad += mismatches(bufs[i].data(), bs, lbas[i], blocks[i % 3], wseq);
+    for (uint32_t i = 0; i < kQd; ++i) bad += test::count_mismatches(bufs[i].data(), bs, lbas[i], blocks[i % 3], wseq);
     CHECK(bad == 0);
     CHECK(qp.outstanding() == 0);
   }

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/identify.hpp"
 #include "nvmeof/command.hpp"
 #include "reactor/reactor.hpp"
 #include "transport/uring/admin.hpp"

@@ -12,6 +12,8 @@
 
 #include "bench/fault_script.hpp"
 #include "bench/intervals.hpp"
+#include "multipath/option_text.hpp"
+#include "numa/cpulist.hpp"
 
 namespace nvmeof::bench {
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "core/identify.hpp"
 #include "observe/control_socket.hpp"
 
 namespace nvmeof::tools {

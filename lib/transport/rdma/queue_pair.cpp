@@ -1,4 +1,5 @@
 #include "transport/rdma/queue_pair.hpp"
+#include "core/fabrics_command.hpp"
 #include "core/log.hpp"
 
 #include <nvme/types.h>

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/crc32c.hpp"
+#include "core/fabrics_command.hpp"
 #include "core/log.hpp"
 #include "fabric/connect.hpp"
 #include "tls/ktls.hpp"

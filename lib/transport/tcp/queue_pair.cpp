@@ -12,6 +12,7 @@
 #include "core/crc32c.hpp"
 #include "tls/session.hpp"
 #include "transport/tcp/handshake.hpp"
+#include "core/fabrics_command.hpp"
 #include "core/log.hpp"
 
 namespace nvmeof::tcp {

@@ -1,5 +1,6 @@
 #include "transport/uring/queue_pair.hpp"
 #include "transport/uring/passthru_cmd.hpp"
+#include "core/fabrics_command.hpp"
 #include "core/log.hpp"
 
 #include <fcntl.h>
