@@ -153,11 +153,10 @@ void on_done(IoRequest& r, const Cqe& c) noexcept {
   o->status = c.status();
 }
 
-// One 4 KiB read of LBA 0 into `buf` on `qp`, run to its completion (3 s at most).
-Outcome read_block0(Reactor& reactor, QueuePair& qp, std::vector<uint8_t>& buf) {
+// One 4 KiB read of LBA 0 into `buf` on `qp` through `req`, run to its completion (3 s at most).
+Outcome read_block0(Reactor& reactor, nvmeof::QueuePair& qp, std::vector<uint8_t>& buf, IoRequest& req) {
   buf.assign(4096, 0);
   Outcome out;
-  IoRequest req;
   prep_read(req.cmd, 1, 0, 1);
   req.data = buf.data();
   req.data_len = 4096;
@@ -195,7 +194,8 @@ void expect_failure(const std::function<void(int, uint16_t)>& misbehave, Errc wa
   (*qp)->start();
   CHECK((*qp)->direct_socket() == busy);
   std::vector<uint8_t> buf;
-  const Outcome out = read_block0(*reactor, **qp, buf);
+  IoRequest req;
+  const Outcome out = read_block0(*reactor, **qp, buf, req);
   CHECK(out.status == status::kHostPathError);
   CHECK((*qp)->error() == make_error_code(want));
   CHECK(listener.calls == 1);
@@ -416,7 +416,8 @@ TEST_CASE("a good C2HData with SUCCESS completes the read without a CapsuleResp"
   (*qp)->start();
   CHECK((*qp)->direct_socket() == busy);
   std::vector<uint8_t> buf;
-  const Outcome out = read_block0(*reactor, **qp, buf);
+  IoRequest req;
+  const Outcome out = read_block0(*reactor, **qp, buf, req);
   CHECK(out.status.is_success());
   for (size_t i = 0; i < buf.size(); ++i) REQUIRE(buf[i] == static_cast<uint8_t>(i * 7));
   CHECK((*qp)->state() == QpState::live);
