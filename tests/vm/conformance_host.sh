@@ -8,11 +8,7 @@ bin=${1:?usage: conformance_host.sh <conformance_host binary>}
 secs=${2:-8}
 
 step() { echo "conformance_host: $*"; }
-run() {
-    _t0=$(date +%s)
-    "$bin" "$@" || return 1
-    step "  took $(($(date +%s) - _t0)) s"
-}
+run() { run_timed "$bin" "$@"; }
 
 step "identify"
 run "[identify]" || fail "identify through $TCP1 and $TCP2"

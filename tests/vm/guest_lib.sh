@@ -24,6 +24,13 @@ TC=/usr/sbin/tc
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
+# run_timed CMD ARGS...: runs the command, then (through the payload's own `step`) says how long
+# it took; its status is the command's.
+run_timed() {
+    _t0=$(cut -d' ' -f1 /proc/uptime)
+    "$@" || return 1
+    step "  took $(awk -v a="$_t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%.1f", b - a }') s"
+}
 
 # nvmet_ana_state <port> <optimized|non-optimized|inaccessible|persistent-loss|change>
 nvmet_ana_state() {

@@ -9,12 +9,7 @@
 bin=${1:?usage: nvmet_partition_test.sh <nvmet_partition_test binary>}
 
 step() { echo "nvmet_partition_test: $*"; }
-up() { cut -d' ' -f1 /proc/uptime; }
-run() {
-    _t0=$(up)
-    $IP netns exec "$NETNS" "$bin" "$@" || return 1
-    step "  took $(awk -v a="$_t0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }') s"
-}
+run() { run_timed $IP netns exec "$NETNS" "$bin" "$@"; }
 # The cases leave the link up; this is for a binary that died half-way.
 relink() { netns_link 0 up && netns_link 1 up; }
 

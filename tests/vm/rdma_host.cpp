@@ -219,19 +219,8 @@ TEST_CASE("a Volume over an RDMA path and a TCP path: the RDMA port goes away an
   const bool expect_loss = env_or("CONF_EXPECT_LOSS", "0") == "1";
   const std::string ready = env_or("CONF_READY", "");
 
-  VolumeOptions vo;
-  vo.paths = {rdma_address(), tcp_address()};
-  vo.connect = options();
-  vo.connect.io_queue_depth = 64;
-  vo.selector = SelectorKind::round_robin;
-  // Derived deadlines (a few ms) are far below what TCG delivers under load.
-  vo.io_deadline = 2s;
-  vo.no_path_timeout = 20s;
-  auto v = Volume::open(vo);
-  INFO("open: " << (v ? "ok" : v.error().message()));
-  REQUIRE(v);
-  Volume& vol = **v;
-  REQUIRE(vol.block_size() == 4096);
+  const auto v = test::open_testbed_volume({rdma_address(), tcp_address()}, options());
+  Volume& vol = *v;
   for (int i = 0; i < 100 && vol.usable_paths() < 2; ++i) std::this_thread::sleep_for(50ms);
   CHECK(vol.usable_paths() == 2);
 
@@ -261,21 +250,7 @@ TEST_CASE("a Volume over an RDMA path and a TCP path: the RDMA port goes away an
   }
   REQUIRE(w.finish(60s));
 
-  const VolumeStats st = vol.stats();
-  std::printf("%s", to_text(st).c_str());
-  std::printf("volume: %llu writes, %llu reads, %llu errors, %llu mismatches, longest stall %.1f ms\n",
-              static_cast<unsigned long long>(w.writes()), static_cast<unsigned long long>(w.reads()),
-              static_cast<unsigned long long>(w.errors()), static_cast<unsigned long long>(w.mismatches()),
-              static_cast<double>(w.longest_gap_us()) / 1000.0);
-  INFO("first error: " << w.first_error());
-  CHECK(w.errors() == 0);
-  CHECK(w.mismatches() == 0);
-  CHECK(w.completed() == w.issued());
-  CHECK(st.failed == 0);
-  CHECK(w.reads() > kSlots);
-  REQUIRE(st.paths.size() == 2);
-  CHECK(st.paths[0].ios > 0);
-  CHECK(st.paths[1].ios > 0);
+  const VolumeStats st = test::check_two_path_run(vol, w, kSlots);
   if (expect_loss) {
     CHECK(st.paths[0].failovers >= 1);
     CHECK(st.paths[1].failovers == 0);

@@ -10,11 +10,7 @@ secs=${2:-14}
 [ -e /dev/infiniband/uverbs0 ] || skip "no user-space verbs device in the guest"
 
 step() { echo "rdma_host: $*"; }
-run() {
-    _t0=$(date +%s)
-    "$bin" "$@" || return 1
-    step "  took $(($(date +%s) - _t0)) s"
-}
+run() { run_timed "$bin" "$@"; }
 
 step "connect, identify, keep-alive"
 run "[connect]" || fail "connect through rdma $RDMA_ADDR"
