@@ -242,7 +242,7 @@ ParsedArgs parse_args(int argc, char** argv) {
   app.add_option("--plot", o.plot,
                  "write an SVG of the timed phase: IOPS and p99 latency over time, each fault, restore "
                  "and failover marked");
-  // Observability and external fault injection (issue 12).
+  // Observability and external fault injection.
   app.add_option(
       "--target-control", o.target_control,
       "control socket of an external nvmeof-target (its --control PATH): --fail-path and --fault-script "

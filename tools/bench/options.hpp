@@ -80,7 +80,7 @@ struct BenchOptions {
   std::chrono::nanoseconds log_interval = std::chrono::seconds(1);
   std::string latency_log;              ///< --latency-log CSV path
   std::string plot;                     ///< --plot SVG path
-  // Observability and external fault injection (issue 12).
+  // Observability and external fault injection.
   std::string target_control;           ///< an external nvmeof-target's control socket
   std::string control_dir;              ///< VolumeOptions::control_socket
   std::string metrics_listen;           ///< VolumeOptions::metrics_listen
