@@ -97,8 +97,10 @@ struct NVMEOF_LOCAL Engine final : Host {
   Placement placement;
   std::unique_ptr<ControlPlane> cp;  // its thread is the engine's control thread; set by make_engine
   boost::asio::io_context& io() noexcept { return ControllerAccess::impl(*cp).io; }
-  // Blocking work of every volume: connects, CCRs, admin reads. Four threads, so that a reconnect
-  // hanging on a partitioned path never delays the CCR that lets the writes of another path move.
+  // Blocking work of every volume: connects, CCRs, admin reads. More than one thread, so that a
+  // reconnect hanging on a partitioned path does not delay the CCR that lets the writes of
+  // another path move; with three, two such reconnects may hang at once. Were connects and CCRs
+  // asynchronous on the control thread, no pool would be needed for them.
   boost::asio::thread_pool pool{kPoolThreads};
   std::vector<std::unique_ptr<detail::EngineReactor>> reactors;
   std::atomic<unsigned> volumes{0};
@@ -107,7 +109,9 @@ struct NVMEOF_LOCAL Engine final : Host {
   // the same subsystem over the same paths and settings uses the same controllers and lanes.
   mutable std::mutex subsystems_mu;
   std::map<std::string, std::weak_ptr<detail::SubsystemPaths>> subsystems;
-  static constexpr unsigned kPoolThreads = 4;
+  // With the control thread the engine's threads are its reactors and four more, whatever the
+  // volumes.
+  static constexpr unsigned kPoolThreads = 3;
   std::unique_ptr<detail::Observers> observers;  // HostOptions::metrics_listen (multipath/observers.hpp)
 
   Engine();  // out of line: Observers is complete only there

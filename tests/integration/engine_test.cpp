@@ -119,6 +119,7 @@ TEST_CASE("volumes on one engine start no threads of their own", "[engine]") {
   const HostStats hs = host->stats();
   CHECK(hs.reactors == 2);
   CHECK(hs.volumes == 0);
+  CHECK(hs.threads == hs.reactors + 4);  // the control thread and a pool of three
 
   std::vector<std::unique_ptr<Volume>> vols;
   for (int i = 0; i < kNamespaces; ++i) {
