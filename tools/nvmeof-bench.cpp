@@ -106,7 +106,8 @@ Result<std::unique_ptr<Target>> start_target(const BenchOptions& o) {
 // its path came first). Main thread only.
 class FaultDriver {
  public:
-  explicit FaultDriver(FaultTarget* target) : target_(target) {}
+  /// `paths`: every path the script may name (the standby ones too), by index.
+  FaultDriver(FaultTarget* target, std::vector<TransportAddress> paths) : target_(target), paths_(std::move(paths)) {}
 
   void tick(uint64_t now, uint64_t timed_start, Workload& w, Volume& vol, BenchReport& r) {
     if (target_ == nullptr) return;
@@ -151,7 +152,7 @@ class FaultDriver {
     a.applied_ns = monotonic_ns();
     a.applied = true;
     w.mark_fault(a.applied_ns);
-    a.delivered = inject(a, port);
+    a.delivered = inject(a, port, vol);
     if (first) {
       r.fault.injected = true;
       r.fault.path = static_cast<int>(port);
@@ -162,8 +163,23 @@ class FaultDriver {
     if (a.step.action == FaultArg::ana_change) flips_.emplace_back(port, a.applied_ns + to_ns(kAnaChangeHold));
   }
 
-  bool inject(AppliedStep& a, size_t port) {
+  bool inject(AppliedStep& a, size_t port, Volume& vol) {
     switch (a.step.action) {
+      case FaultArg::remove_path:
+      case FaultArg::add_path: {
+        if (port >= paths_.size()) {
+          a.error = "no path " + std::to_string(port);
+          return false;
+        }
+        // remove_path returns once the path is gone (its commands drained, or fenced if it failed
+        // meanwhile): a late step delays the later ones by as much (tick()).
+        const auto r = a.step.action == FaultArg::add_path ? vol.add_path(paths_[port]).failure()
+                                                           : vol.remove_path(paths_[port]).failure();
+        if (!r.ec) return true;
+        a.error = r.message();
+        std::fprintf(stderr, "nvmeof-bench: %s of path %zu: %s\n", to_string(a.step.action), port, a.error.c_str());
+        return false;
+      }
       case FaultArg::none: case FaultArg::restore: return true;
       case FaultArg::reset: return deliver(target_->inject(port, FaultKind::reset), a.error);
       case FaultArg::blackhole: return deliver(target_->inject(port, FaultKind::blackhole), a.error);
@@ -187,6 +203,7 @@ class FaultDriver {
   }
 
   FaultTarget* target_;
+  std::vector<TransportAddress> paths_;
   VolumeStats snapshot_;
   size_t next_ = 0;
   uint64_t lag_ns_ = 0;
@@ -256,6 +273,9 @@ int main(int argc, char** argv) {
     if (vo.paths.size() < o.host_ifaces.size()) addr->host_iface = o.host_ifaces[vo.paths.size()];
     vo.paths.push_back(*addr);
   }
+  // The standby paths are the script's to add (add-path).
+  const std::vector<TransportAddress> all_paths = vo.paths;
+  vo.paths.resize(vo.paths.size() - std::min<size_t>(o.standby_paths, vo.paths.size() - 1));
   vo.connect.subnqn = o.nqn;
   vo.connect.digest = o.digest;
   vo.connect.tls_psk = o.tls_psk;
@@ -355,7 +375,7 @@ int main(int argc, char** argv) {
     report.prefilled = true;
   }
 
-  FaultDriver faults(fault_target.get());
+  FaultDriver faults(fault_target.get(), all_paths);
   const VolumeStats at_start = volume->stats();
   if (report.drained) {
     say("running " + std::string(to_string(o.rw)) + " for " +

@@ -77,6 +77,10 @@ enum class PathState : uint8_t {
   live,         ///< takes I/O (subject to ANA)
   failed,       ///< transport error or deadline: takes no I/O, being torn down
   fenced,       ///< torn down and quiesce time elapsed: waiting to reconnect
+  /// Being removed (Volume::remove_path): takes no new I/O; its commands complete (or move by
+  /// the failover rules if it fails meanwhile), then it closes.
+  draining,
+  removed,      ///< removed at run time: closed, no longer listed in the stats
 };
 const char* to_string(PathState s) noexcept;
 

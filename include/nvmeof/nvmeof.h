@@ -229,6 +229,17 @@ NVMEOF_API int nvmeof_volume_open_discovered_on(nvmeof_host* host, const char* d
                                                 const nvmeof_volume_options* opts,
                                                 nvmeof_volume** out);
 
+/* Paths at run time (C++: Volume::add_path, remove_path). nvmeof_volume_add_path returns the new
+ * path's index (>= 0) at once; the path connects in the background and takes I/O once live.
+ * -EEXIST already a path, -EBUSY being removed, -ENOSPC too many paths over the volume's life,
+ * -EINVAL a bad address. nvmeof_volume_remove_path returns once the path is gone: no new I/O,
+ * its commands completed (or moved after their fence if it failed), its controller closed;
+ * -ENOENT not a path, -ETIMEDOUT not gone in time (it goes on being removed). Both act on the
+ * subsystem's shared controllers: every volume open on them gains or loses the path. Neither
+ * may be called from a completion (-EDEADLK). nvmeof_last_error() says why. */
+NVMEOF_API int nvmeof_volume_add_path(nvmeof_volume* vol, const char* addr);
+NVMEOF_API int nvmeof_volume_remove_path(nvmeof_volume* vol, const char* addr);
+
 NVMEOF_API uint32_t nvmeof_volume_block_size(const nvmeof_volume* vol);
 NVMEOF_API uint64_t nvmeof_volume_size(const nvmeof_volume* vol); /* bytes */
 NVMEOF_API uint32_t nvmeof_volume_queue_depth(const nvmeof_volume* vol);

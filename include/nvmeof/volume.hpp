@@ -270,6 +270,26 @@ class Volume {
   /// The placement plan, computed once at open. Any thread.
   const Placement& placement() const noexcept;
 
+  /// Adds a path at run time: a controller of the same subsystem at `addr`. It connects in the
+  /// background (reconnecting with backoff while it cannot) and takes its share of the I/O once
+  /// live; the call returns its path index at once. A path belongs to the subsystem's shared
+  /// controllers, so every volume open on them (the same subsystem, paths and settings) gains
+  /// it. A path removed earlier comes back under its old index. Errors: EEXIST (already a path),
+  /// EBUSY (it is being removed), ENOSPC (kMaxPaths paths have been used),
+  /// Errc::invalid_argument (an io_uring passthrough path on an engine without big ring entries).
+  /// Not from a reactor thread (a completion callback): EDEADLK.
+  Result<int> add_path(const TransportAddress& addr);
+  /// Removes a path at run time and returns once it is gone: it takes no new I/O at once (the
+  /// other paths carry it; with none left, I/O waits up to no_path_timeout), its commands in
+  /// flight complete (a failure meanwhile moves them by the usual rules: writes only after their
+  /// fence), then its controller is closed. No I/O fails for it. Every volume on the subsystem's
+  /// controllers loses the path. Errors: ENOENT (not a path), Errc::timeout (not gone within
+  /// no_path_timeout plus its write-fence bound; it goes on being removed), EDEADLK from a
+  /// reactor thread or the engine's control thread.
+  Result<void> remove_path(const TransportAddress& addr);
+  /// The most paths a subsystem's controllers may ever have had (added ones included).
+  static constexpr unsigned kMaxPaths = 16;
+
   /// Changes the path selector; safe while I/O runs.
   void set_selector(SelectorKind k) noexcept;
 

@@ -197,6 +197,13 @@ int to_errno(std::error_code ec) noexcept {
   return -EIO;  // an NVMe status from the control path (connect refused by the controller)
 }
 
+// A control-path failure: its errno, with its detail text (when it has one) as the last error.
+int errno_of(const ErrorInfo& e) noexcept {
+  const int rc = to_errno(e.ec);
+  if (e.detail) note_error(*e.detail, t_last_status);
+  return rc;
+}
+
 int bad_address(const char* text, std::error_code ec) {
   note_error(std::string("path address '") + text + "': " + ec.message());
   return -EINVAL;
@@ -629,6 +636,33 @@ int nvmeof_flush(nvmeof_volume* v, nvmeof_status* st) {
   Slot* s = nullptr;
   if (int rc = start(v, IoOp::flush, nullptr, 0, 0, 0, &s)) return rc;
   return wait_sync(v, s, st);
+}
+
+int nvmeof_volume_add_path(nvmeof_volume* v, const char* addr) {
+  if (int rc = check(v)) return rc;
+  if (!addr) return -EINVAL;
+  try {
+    auto a = TransportAddress::parse(addr);
+    if (!a) return bad_address(addr, a.error());
+    auto r = v->volume->add_path(*a);
+    if (!r) return errno_of(r.failure());
+    return *r;
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+int nvmeof_volume_remove_path(nvmeof_volume* v, const char* addr) {
+  if (int rc = check(v)) return rc;
+  if (!addr) return -EINVAL;
+  try {
+    auto a = TransportAddress::parse(addr);
+    if (!a) return bad_address(addr, a.error());
+    auto r = v->volume->remove_path(*a);
+    return r ? 0 : errno_of(r.failure());
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
 }
 
 int nvmeof_volume_stats_json(const nvmeof_volume* v, char** out) {

@@ -329,7 +329,8 @@ HostStats Host::stats() const {
   for (const auto& sub : subs) {
     ++s.subsystems;
     const unsigned vols = static_cast<unsigned>(sub->bound().size());
-    for (const auto& sp : sub->paths_) {
+    for (const auto& sp : sub->paths()) {
+      if (sp->state.load(std::memory_order_relaxed) == PathState::removed) continue;
       HostControllerStats c;
       c.subnqn = sub->opts_.connect.subnqn;
       c.address = sp->addr.to_string();

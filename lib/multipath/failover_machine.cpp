@@ -109,7 +109,7 @@ bool FailoverMachine::on_failure(int path, uint32_t generation, LossCause cause,
     }
     return false;
   }
-  if (p.state != PathState::live) return false;
+  if (p.state != PathState::live || p.gone) return false;
   p.state = PathState::failed;
   p.rule = FenceRule::none;
   p.detect_ns = detect_ns;
@@ -146,7 +146,7 @@ bool FailoverMachine::try_ccr(int failed) {
   auto& f = paths_[idx(failed)];
   for (size_t v = 0; v < paths_.size(); ++v) {
     auto& via = paths_[v];
-    if (static_cast<int>(v) == failed || f.ccr_tried[v] || via.state != PathState::live ||
+    if (static_cast<int>(v) == failed || f.ccr_tried[v] || via.state != PathState::live || via.gone ||
         !via.facts.can_reset_others || via.ccr_out >= via.facts.ccrl)
       continue;
     f.ccr_tried[v] = true;
@@ -183,7 +183,7 @@ void FailoverMachine::on_timer(int path, uint64_t tok) {
       if (p.state == PathState::failed) fence(path, FenceRule::peer_closed);
       return;
     case TimerKind::reconnect:
-      if (p.state == PathState::fenced && !p.connecting) connect(path);
+      if (p.state == PathState::fenced && !p.connecting && !p.retired) connect(path);
       return;
   }
 }
@@ -195,6 +195,10 @@ void FailoverMachine::fence(int path, FenceRule rule) {
   p.rule = rule;
   env_.publish_fenced(path, p.generation, rule);
   p.backoff = timing_.reconnect_min;
+  if (p.retired) {
+    finish_removal(path);
+    return;
+  }
   connect(path);
 }
 
@@ -208,6 +212,11 @@ void FailoverMachine::on_connect_done(int path, bool ok, const PathFacts& facts)
   auto& p = paths_[idx(path)];
   p.connecting = false;
   if (p.state != PathState::fenced) return;
+  if (p.retired) {
+    // Removed while it connected: nothing was sent on the new connection; the owner closes it.
+    finish_removal(path);
+    return;
+  }
   if (ok) {
     ++p.generation;
     p.state = PathState::live;
@@ -219,6 +228,59 @@ void FailoverMachine::on_connect_done(int path, bool ok, const PathFacts& facts)
   p.backoff = std::min(timing_.reconnect_max, std::max(timing_.reconnect_min, p.backoff * 2));
   env_.arm_timer(path, env_.now_ns() + static_cast<uint64_t>(std::chrono::nanoseconds(p.backoff).count()),
                  token(TimerKind::reconnect, p.generation));
+}
+
+void FailoverMachine::add_path(int path) {
+  if (idx(path) >= paths_.size()) {
+    paths_.resize(idx(path) + 1);
+    for (auto& p : paths_) p.ccr_tried.resize(paths_.size(), false);
+  }
+  auto& p = paths_[idx(path)];
+  if (p.retired && !p.gone) return;  // still being removed: the owner refuses this
+  p.retired = false;
+  p.gone = false;
+  p.state = PathState::fenced;  // nothing runs on it: connect
+  p.rule = FenceRule::none;
+  p.backoff = timing_.reconnect_min;
+  p.ccr_tried.assign(paths_.size(), false);
+  if (!p.connecting) connect(path);
+}
+
+void FailoverMachine::remove_path(int path) {
+  auto& p = paths_[idx(path)];
+  if (p.retired) return;
+  p.retired = true;
+  switch (p.state) {
+    case PathState::live:
+      env_.drain(path);
+      return;
+    case PathState::failed:
+      return;  // fence() removes it: its writes still wait for the fence
+    case PathState::fenced:
+    case PathState::connecting:
+    case PathState::draining:
+    case PathState::removed:
+      // A connect in progress ends in on_connect_done, which removes it.
+      if (!p.connecting) finish_removal(path);
+      return;
+  }
+}
+
+void FailoverMachine::drained(int path) {
+  auto& p = paths_[idx(path)];
+  // A failure while it drained took over: the fence removes it.
+  if (!p.retired || p.gone || p.state != PathState::live) return;
+  p.state = PathState::fenced;  // every command it had completed: nothing of it can execute
+  finish_removal(path);
+}
+
+void FailoverMachine::finish_removal(int path) {
+  auto& p = paths_[idx(path)];
+  if (p.gone) return;
+  p.gone = true;
+  p.state = PathState::removed;
+  ++p.generation;  // a report of the old connection that arrives late finds nothing to fail
+  env_.removed(path);
 }
 
 }  // namespace nvmeof::detail

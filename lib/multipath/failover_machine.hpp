@@ -92,6 +92,12 @@ class FailoverEnv {
   virtual void start_connect(int path, uint32_t generation) = 0;
   /// The path is live again with a new generation.
   virtual void publish_live(int path, uint32_t generation) = 0;
+  /// A live path being removed: it takes no new I/O; once every lane has no command left on it,
+  /// the owner calls drained(path).
+  virtual void drain(int path) = 0;
+  /// A path being removed is done: nothing of it can execute any more (its commands completed,
+  /// or it was fenced, or never connected). The owner closes its controller.
+  virtual void removed(int path) = 0;
 
  protected:
   ~FailoverEnv() = default;
@@ -127,6 +133,18 @@ class FailoverMachine {
   void on_timer(int path, uint64_t token);
   void on_connect_done(int path, bool ok, const PathFacts& facts);
 
+  /// A path added at run time: slot `path` is new (the next index) or a removed one taken again.
+  /// It connects now (reconnecting with backoff while it cannot).
+  void add_path(int path);
+  /// Removes `path` (ARCHITECTURE.md, "Paths at run time"): a live one drains (FailoverEnv::drain,
+  /// then drained()); a failed one waits for its fence as always, then is removed instead of
+  /// reconnecting; one not connected is removed at once (a connect in progress is closed when it
+  /// ends). Each path is removed once (FailoverEnv::removed).
+  void remove_path(int path);
+  /// Every lane has drained `path` (after FailoverEnv::drain).
+  void drained(int path);
+  bool retired(int path) const noexcept { return paths_[idx(path)].retired; }
+
   PathState state(int path) const noexcept { return paths_[idx(path)].state; }
   uint32_t generation(int path) const noexcept { return paths_[idx(path)].generation; }
   FenceRule fence_rule(int path) const noexcept { return paths_[idx(path)].rule; }
@@ -148,6 +166,8 @@ class FailoverMachine {
     bool torn_down = false;               // fence_endpoint called for the current failure
     std::chrono::milliseconds backoff{0};
     bool connecting = false;
+    bool retired = false;                 // being removed, or removed
+    bool gone = false;                    // removed (FailoverEnv::removed called)
   };
 
   static size_t idx(int p) noexcept { return static_cast<size_t>(p); }
@@ -158,6 +178,7 @@ class FailoverMachine {
   void tear_down(int path);
   bool try_ccr(int failed);
   void connect(int path);
+  void finish_removal(int path);
 
   FailoverEnv& env_;
   Timing timing_;

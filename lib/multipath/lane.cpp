@@ -52,6 +52,12 @@ constexpr uint64_t kMaxTransferAllowanceNs = 1'000'000'000;
 // speed. A lower rate is believed at once (weight kDrainDown), a higher one slowly (kEwma).
 constexpr uint64_t kDrainWindowNs = 5'000'000;
 constexpr double kDrainDown = 0.5;
+// A path's latency and bandwidth estimates are only as fresh as its last completion: one that
+// has completed nothing for this long while idle is shown to the selector as unmeasured (it costs
+// nothing, so it gets the next I/O), and that I/O's sample replaces the old estimate instead of
+// being averaged into it. Without it a path whose few samples came out slow (a connect on a
+// loaded host, a slow spell now over) would never be chosen again, so never measured again.
+constexpr uint64_t kStaleEstimateNs = 200'000'000;
 
 bool mutates(IoOp op) noexcept {
   return op == IoOp::write || op == IoOp::write_zeroes || op == IoOp::dsm;
@@ -98,8 +104,9 @@ Attempt* AttemptList::pop_front() noexcept {
 }
 
 Lane::Lane(SubsystemPaths& vol, EngineReactor& reactor, int index) : sub_(vol), er_(reactor), index_(index) {
-  for (size_t i = 0; i < vol.paths_.size(); ++i) paths_.push_back(std::make_unique<LanePath>());
-  views_.resize(vol.paths_.size());
+  const size_t n = vol.paths().size();
+  for (size_t i = 0; i < n; ++i) make_path(i);
+  views_.resize(n);
   const auto& r = vol.placement_.reactors[static_cast<size_t>(index)];
   for (size_t p = 0; p < views_.size() && p < r.distances.size(); ++p) views_[p].distance = r.distances[p];
 }
@@ -140,7 +147,8 @@ bool Lane::quiescent() const noexcept {
 uint64_t Lane::spin_budget_ns() const noexcept {
   double fastest = 0;
   bool busy = false;
-  for (const auto& lp : paths_) {
+  for (size_t p = 0; p < views_.size(); ++p) {
+    const auto& lp = paths_[p];
     if (lp->inflight.empty()) continue;
     if (!busy || lp->latency_ns < fastest) fastest = lp->latency_ns;
     busy = true;
@@ -160,12 +168,13 @@ void Lane::shutdown_on_reactor() noexcept {
   for (AttemptList* l : {&waiting_, &fenced_, &delayed_})
     while (Attempt* a = l->pop_front()) finish_piece(*a, gone);
   for (auto& lp : paths_)
-    if (lp->qp) lp->qp->close();
+    if (lp && lp->qp) lp->qp->close();
   // Other volumes' lanes on this reactor keep running in these nested turns.
   const uint64_t give_up = Reactor::clock_ns() + 2'000'000'000ull;
   while (inflight_total_.load() > 0 && Reactor::clock_ns() < give_up)
     reactor().poll(std::chrono::microseconds(1000));
-  for (auto& lp : paths_) lp->qp.reset();
+  for (auto& lp : paths_)
+    if (lp) lp->qp.reset();
   graveyard_.clear();
   while (VolumeIo* io = backlog_head_) {
     backlog_head_ = io_state(*io).next;
@@ -303,7 +312,7 @@ bool Lane::fill_command(Attempt& a, int p) noexcept {
 }
 
 void Lane::refresh_views(const VolumeNs* ns) noexcept {
-  for (size_t p = 0; p < paths_.size(); ++p) {
+  for (size_t p = 0; p < views_.size(); ++p) {
     const auto& sp = *sub_.paths_[p];
     auto& lp = *paths_[p];
     auto& v = views_[p];
@@ -315,8 +324,9 @@ void Lane::refresh_views(const VolumeNs* ns) noexcept {
     v.ana = ns ? ns->on[p].ana.load(std::memory_order_relaxed) : AnaState::optimized;
     v.outstanding = lp.inflight.size;
     v.outstanding_bytes = lp.outstanding_bytes;
-    v.bytes_per_ns = lp.bytes_per_ns;
-    v.latency_ns = lp.latency_ns;
+    const bool stale = lp.inflight.empty() && turn_ns_ > lp.last_completion_ns + kStaleEstimateNs;
+    v.bytes_per_ns = stale ? 0 : lp.bytes_per_ns;
+    v.latency_ns = stale ? 0 : lp.latency_ns;
   }
 }
 
@@ -395,12 +405,13 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     if (current) {
       const uint64_t lat = now - a.issue_ns;
       const double dlat = static_cast<double>(lat);
-      lp.latency_ns = lp.latency_ns == 0 ? dlat : lp.latency_ns + kEwma * (dlat - lp.latency_ns);
+      const bool fresh = lp.latency_ns == 0 || now > lp.last_completion_ns + kStaleEstimateNs;
+      lp.latency_ns = fresh ? dlat : lp.latency_ns + kEwma * (dlat - lp.latency_ns);
       if (lat) {
         // Per-command bandwidth: queueing shows up in the latency, so a busier path looks slower
         // and the service-time selector spreads the load instead of feeding one path.
         const double bw = static_cast<double>(std::max<uint32_t>(a.bytes, 512)) / dlat;
-        lp.bytes_per_ns = lp.bytes_per_ns == 0 ? bw : lp.bytes_per_ns + kEwma * (bw - lp.bytes_per_ns);
+        lp.bytes_per_ns = fresh || lp.bytes_per_ns == 0 ? bw : lp.bytes_per_ns + kEwma * (bw - lp.bytes_per_ns);
       }
       if (counted) {
         lp.drain_window_bytes += a.bytes;
@@ -793,7 +804,7 @@ void Lane::fail_path_here(int p, const std::string& cause) noexcept {
 }
 
 void Lane::on_queue_failed(QueuePair& qp, std::error_code why) noexcept {
-  for (size_t p = 0; p < paths_.size(); ++p) {
+  for (size_t p = 0; p < views_.size(); ++p) {
     auto& lp = *paths_[p];
     if (lp.qp.get() != &qp) continue;
     const uint64_t now = Reactor::clock_ns();
@@ -821,7 +832,7 @@ void Lane::report_failure(int p, const std::string& cause, LossCause loss, uint6
 }
 
 void Lane::recheck_paths() noexcept {
-  for (size_t p = 0; p < paths_.size(); ++p) {
+  for (size_t p = 0; p < views_.size(); ++p) {
     auto& lp = *paths_[p];
     const auto& sp = *sub_.paths_[p];
     if (sp.state.load(std::memory_order_acquire) != PathState::live ||
@@ -838,6 +849,27 @@ void Lane::close_path(int p, uint64_t) {
   if (!lp.qp || lp.qp->state() != QpState::live) return;
   lp.teardown_ns = Reactor::clock_ns();
   lp.qp->close();
+}
+
+void Lane::add_path_slot(int p, int distance) {
+  const size_t i = static_cast<size_t>(p);
+  if (i >= views_.size()) views_.resize(i + 1);
+  views_[i] = PathView{};
+  views_[i].distance = distance;
+}
+
+void Lane::drain_path(int p) {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  if (lp.draining) return;
+  lp.draining = true;  // turn() closes the pair once its commands here are done
+  if (lp.inflight.empty() && !lp.probe_inflight) finish_drain(p);
+}
+
+void Lane::finish_drain(int p) noexcept {
+  auto& lp = *paths_[static_cast<size_t>(p)];
+  lp.draining = false;
+  close_path(p, Reactor::clock_ns());
+  sub_.lane_drained(p);
 }
 
 Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq) {
@@ -872,6 +904,7 @@ int Lane::turn() noexcept {
     ++events;
   }
   const uint64_t now = Reactor::clock_ns();
+  turn_ns_ = now;
   if (g_lane_gap_for_test) [[unlikely]] {
     const uint64_t cpu = cpu_ns();
     if (last_turn_ns_ && now - last_turn_ns_ > 5'000'000 && !quiescent())
@@ -889,7 +922,7 @@ int Lane::turn() noexcept {
     }
   }
   // A queue pair that failed before its generation was published: report it now that it is.
-  for (size_t p = 0; p < paths_.size(); ++p) {
+  for (size_t p = 0; p < views_.size(); ++p) {
     auto& lp = *paths_[p];
     if (!lp.unpublished_failure) continue;
     const uint32_t published = sub_.paths_[p]->generation.load(std::memory_order_acquire);
@@ -903,8 +936,12 @@ int Lane::turn() noexcept {
   }
   // Every command has a deadline (check_deadline: lost fails the path, silent hedges and
   // probes first). A path that is merely slow keeps completing in order and stays.
-  for (size_t p = 0; p < paths_.size(); ++p) {
+  for (size_t p = 0; p < views_.size(); ++p) {
     auto& lp = *paths_[p];
+    if (lp.draining && lp.inflight.empty() && !lp.probe_inflight) [[unlikely]] {
+      finish_drain(static_cast<int>(p));
+      continue;
+    }
     if (!lp.inflight.head || !lp.qp || lp.qp->state() != QpState::live) continue;
     check_deadline(static_cast<int>(p), now);
   }
@@ -973,9 +1010,9 @@ int Lane::turn() noexcept {
 std::future<Lane::Snapshot> Lane::snapshot_request() {
   auto take = [this] {
     Snapshot s;
-    for (auto& lp : paths_) {
-      s.latency.push_back(lp->latency);
-      s.outstanding.push_back(lp->inflight.size);
+    for (size_t p = 0; p < views_.size(); ++p) {
+      s.latency.push_back(paths_[p]->latency);
+      s.outstanding.push_back(paths_[p]->inflight.size);
     }
     s.waiting = waiting_.size;
     return s;

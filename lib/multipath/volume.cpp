@@ -41,13 +41,15 @@ uint32_t next_subsystem_serial() noexcept {
 SubsystemPaths::SubsystemPaths(std::shared_ptr<Host> host, const VolumeOptions& opts)
     : host_(std::move(host)), opts_(opts), serial_(next_subsystem_serial()) {
   engine_of(*host_).subsystems_open.fetch_add(1, std::memory_order_relaxed);
-  int i = 0;
+  size_t i = 0;
   for (const auto& a : opts.paths) {
+    if (i == kMaxPaths) break;  // open() refuses more
     auto sp = std::make_unique<SharedPath>();
-    sp->index = i++;
+    sp->index = static_cast<int>(i);
     sp->addr = a;
-    paths_.push_back(std::move(sp));
+    paths_[i++] = std::move(sp);
   }
+  npaths_.store(i, std::memory_order_release);
 }
 
 SubsystemPaths::~SubsystemPaths() {
@@ -144,6 +146,14 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   if (!c) return c.error();
   std::shared_ptr<PathEndpoint> ctrl = *c;
   const ControllerInfo& ci = ctrl->info();
+  // The volumes' commands are already split for the largest transfer every path took at open: a
+  // path added later must take it too.
+  if (ready() && ci.max_transfer && ci.max_transfer < max_transfer_) {
+    ctrl->close();
+    return {Errc::unsupported, "its largest transfer (" + std::to_string(ci.max_transfer) +
+                                   " bytes) is below the " + std::to_string(max_transfer_) +
+                                   " bytes the volume's commands may move"};
+  }
   PathFacts facts;
   facts.times = hold_times(ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms,
                            static_cast<uint32_t>(std::max<int64_t>(opts_.fence_bound.count(), 0)));
@@ -177,7 +187,7 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   const WriteFenceBound wb =
       sp.addr.transport == Transport::passthrough
           ? WriteFenceBound{WriteFenceRule::none, 0}
-          : write_fence_bound(facts.times, facts.can_be_reset && facts.can_reset_others && paths_.size() > 1,
+          : write_fence_bound(facts.times, facts.can_be_reset && facts.can_reset_others && paths_in_use() > 1,
                               ci.cqt_ms != 0);
   sp.write_fence_ms.store(static_cast<uint32_t>(std::min<uint64_t>(wb.ms, UINT32_MAX)));
   sp.write_fence_rule.store(wb.rule);
@@ -283,17 +293,19 @@ Result<std::shared_ptr<VolumeNs>> SubsystemPaths::open_volume(const VolumeOption
 }
 
 Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<VolumeNs>& first) {
-  if (paths_.empty() || opts_.connect.subnqn.empty()) return Errc::invalid_argument;
-  for (const auto& sp : paths_)
+  if (paths().empty() || opts_.connect.subnqn.empty()) return Errc::invalid_argument;
+  if (opts_.paths.size() > kMaxPaths)
+    return {Errc::invalid_argument, "more than " + std::to_string(kMaxPaths) + " paths"};
+  for (const auto& sp : paths())
     if (sp->addr.transport == Transport::passthrough && !host_->options().big_entries)
       return Errc::invalid_argument;  // its commands need the engine's big ring entries
   open_ns_ = Reactor::clock_ns();
   FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max};
-  machine_ = std::make_unique<FailoverMachine>(*this, paths_.size(), timing, opts_.fence);
+  machine_ = std::make_unique<FailoverMachine>(*this, paths().size(), timing, opts_.fence);
 
   std::error_code first_error;
   bool any = false;
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     auto r = connect_path(*sp, opts_.connect.connect_timeout);
     if (!r) {
       if (!first_error) first_error = r.error();
@@ -311,7 +323,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
   }
   if (!any) return first_error;
 
-  for (auto& sp : paths_)
+  for (auto& sp : paths())
     if (sp->ctrl && sp->ctrl->info().max_transfer) max_transfer_ = std::min(max_transfer_, sp->ctrl->info().max_transfer);
   // The first volume's namespace, on the controllers just connected (before their I/O queues,
   // whose failure could take a path down before it is asked).
@@ -326,14 +338,14 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
   for (auto& l : lanes_)
     if (auto r = l->start(); !r) return r.error();
   index_lanes();
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     if (sp->state.load() != PathState::live) continue;
     if (auto r = attach_all(sp->index, 0, kAttachTimeout); !r)
       nvmeof::detail::log_warning("nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
                    r.error().message().c_str());
   }
 
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     const bool live = sp->state.load() == PathState::live;
     boost::asio::post(ctx_, [this, i = sp->index, live, f = sp->facts] {
       if (live) machine_->opened(i, f);
@@ -356,7 +368,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
 }
 
 Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) {
-  auto ns = std::make_shared<VolumeNs>(paths_.size());
+  auto ns = std::make_shared<VolumeNs>();
   ns->selector.store(vo.selector);
   ns->round_robin_ios = std::max<uint32_t>(vo.round_robin_ios, 1);
   // The first live path names the namespace (vo.nsid); the others must show the same one. Only
@@ -364,9 +376,10 @@ Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) 
   // that reconnects while this runs and misses it is healed by ana_poll().
   // A path whose controller is failing now is passed over; a namespace that is not active is
   // the answer.
-  size_t first = paths_.size();
+  const size_t n = paths().size();
+  size_t first = n;
   std::error_code why = make_error_code(Errc::no_path);
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     auto ctrl = sp->endpoint();
     if (!ctrl) continue;
     auto r = bind_path(*ns, *sp, *ctrl, vo.nsid, nullptr);
@@ -378,7 +391,7 @@ Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) 
     first = static_cast<size_t>(sp->index);
     break;
   }
-  if (first == paths_.size()) return why;
+  if (first == n) return why;
   ns->max_blocks_per_cmd = std::clamp<uint32_t>(max_transfer_ / ns->info.block_size, 1, 65536);
   const auto first_ctrl = paths_[first]->endpoint();
   {
@@ -391,7 +404,7 @@ Result<std::shared_ptr<VolumeNs>> SubsystemPaths::bind(const VolumeOptions& vo) 
       if (const AnaGroup* g = fp.ana_log->group(on.anagrpid.load())) on.ana.store(g->state);
     bound_.push_back(ns);
   }
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     auto ctrl = sp->endpoint();
     if (static_cast<size_t>(sp->index) == first || !ctrl) continue;
     if (auto r = bind_path(*ns, *sp, *ctrl, 0, nullptr); !r) {
@@ -440,7 +453,7 @@ void SubsystemPaths::ana_poll() {
   bool unsettled = false;
   const uint64_t now = Reactor::clock_ns();
   const auto vols = bound();
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     if (sp->ctrl) sp->keep_alives.store(sp->ctrl->keep_alives_sent(), std::memory_order_relaxed);
     const bool live = sp->state.load() == PathState::live;
     const size_t p = static_cast<size_t>(sp->index);
@@ -540,7 +553,8 @@ bool SubsystemPaths::report_path_failure(int path, uint32_t generation, std::str
     if (sp.generation.load() != generation) return false;
     // The first report of a generation opens its failover; later ones (another lane, the admin
     // queue) only tell the machine more, e.g. that the controller closed on us.
-    if (sp.reported_generation != generation && sp.state.load() == PathState::live) {
+    const PathState st = sp.state.load();
+    if (sp.reported_generation != generation && (st == PathState::live || st == PathState::draining)) {
       sp.reported_generation = generation;
       FailoverEvent e;
       e.path = path;
@@ -690,7 +704,7 @@ void SubsystemPaths::request_ana_refresh() {
 void SubsystemPaths::refresh_ana_now() {
   ana_refresh_pending_.store(false);
   if (stopping_.load()) return;
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     if (sp->state.load() != PathState::live) continue;
     auto ctrl = sp->ctrl;  // a reconnect replaces it only while the path is not live
     if (!ctrl) continue;
@@ -763,11 +777,157 @@ void SubsystemPaths::shutdown() {
   for (auto& l : lanes_) l->stop();
   ControllerAccess::impl(cp_).call([] {});
   lanes_.clear();
-  for (auto& sp : paths_) {
+  for (auto& sp : paths()) {
     if (sp->ctrl) sp->ctrl->close();
     std::lock_guard lock(sp->ctrl_mu);
     sp->ctrl.reset();
   }
+}
+
+// ---- paths at run time (ARCHITECTURE.md, "Paths at run time") ---------------------------------
+
+namespace {
+bool same_address(const TransportAddress& a, const TransportAddress& b) noexcept {
+  return a.transport == b.transport && a.traddr == b.traddr && a.trsvcid == b.trsvcid &&
+         a.host_iface == b.host_iface;
+}
+}  // namespace
+
+size_t SubsystemPaths::paths_in_use() const noexcept {
+  size_t n = 0;
+  for (const auto& sp : paths()) {
+    const PathState st = sp->state.load(std::memory_order_relaxed);
+    n += st != PathState::removed && st != PathState::draining;
+  }
+  return n;
+}
+
+Result<int> SubsystemPaths::add_path(const TransportAddress& addr) {
+  if (lane_for_submit()) return errno_code(EDEADLK);
+  if (addr.transport == Transport::passthrough && !host_->options().big_entries)
+    return {Errc::invalid_argument, "an io_uring passthrough path needs an engine made with big_entries"};
+  std::lock_guard lock(paths_mu_);
+  if (stopping_.load()) return Errc::not_connected;
+  size_t slot = kMaxPaths;
+  const auto slots = paths();
+  for (const auto& sp : slots) {
+    if (!same_address(sp->addr, addr)) continue;
+    const PathState st = sp->state.load();
+    if (st == PathState::draining) return {errno_code(EBUSY), addr.to_string() + " is being removed"};
+    if (st != PathState::removed) return {errno_code(EEXIST), addr.to_string() + " is already a path"};
+    slot = static_cast<size_t>(sp->index);
+  }
+  if (slot == kMaxPaths) {
+    if (slots.size() == kMaxPaths)
+      return {errno_code(ENOSPC), "the subsystem has had " + std::to_string(kMaxPaths) + " paths"};
+    // A new slot: made whole (its SharedPath, a LanePath on every lane, its place) before
+    // npaths_ publishes it.
+    slot = slots.size();
+    auto sp = std::make_unique<SharedPath>();
+    sp->index = static_cast<int>(slot);
+    sp->addr = addr;
+    sp->numa_node = place_path(topology_, addr, sp->index).node;
+    paths_[slot] = std::move(sp);
+    for (auto& l : lanes_) l->make_path(slot);
+    npaths_.store(slot + 1, std::memory_order_release);
+  }
+  SharedPath& sp = *paths_[slot];
+  // Under paths_mu_ with the check above: a second add of the address sees connecting.
+  sp.state.store(PathState::connecting, std::memory_order_release);
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    Lane* lane = lanes_[l].get();
+    lane->post([lane, slot, d = distance_to(l, sp.numa_node)] { lane->add_path_slot(static_cast<int>(slot), d); });
+  }
+  // Every bound volume looks for its namespace behind the new controller when it connects
+  // (connect_path); the machine starts that connect and brings the path live.
+  boost::asio::post(ctx_, [this, slot] {
+    if (stopping_.load()) return;
+    paths_[slot]->retiring = false;
+    machine_->add_path(static_cast<int>(slot));
+  });
+  nvmeof::detail::log_info("nvmeof: path %s added\n", addr.to_string().c_str());
+  return static_cast<int>(slot);
+}
+
+Result<void> SubsystemPaths::remove_path(const TransportAddress& addr) {
+  if (lane_for_submit() || ControllerAccess::impl(cp_).on_control_thread()) return errno_code(EDEADLK);
+  int slot = -1;
+  uint32_t fence_ms = 0;
+  {
+    std::lock_guard lock(paths_mu_);
+    for (const auto& sp : paths())
+      if (same_address(sp->addr, addr) && sp->state.load() != PathState::removed) {
+        slot = sp->index;
+        fence_ms = sp->write_fence_ms.load();
+      }
+  }
+  if (slot < 0) return {errno_code(ENOENT), addr.to_string() + " is not a path"};
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  boost::asio::post(ctx_, [this, slot, done] { start_remove(slot, [done] { done->set_value(); }); });
+  // Its commands complete within no_path_timeout (the lanes' own bound), or, if it fails
+  // meanwhile, its writes wait for the fence.
+  const auto bound = opts_.no_path_timeout + std::chrono::milliseconds(fence_ms) + std::chrono::seconds(1);
+  if (fut.wait_for(bound) != std::future_status::ready)
+    return {Errc::timeout, addr.to_string() + " is still draining; it goes on being removed"};
+  return {};
+}
+
+void SubsystemPaths::start_remove(int path, std::function<void()> done) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  if (stopping_.load() || sp.state.load() == PathState::removed) {
+    if (done) done();
+    return;
+  }
+  if (done) sp.on_removed.push_back(std::move(done));
+  if (sp.retiring) return;
+  sp.retiring = true;
+  nvmeof::detail::log_info("nvmeof: path %s: removing\n", sp.addr.to_string().c_str());
+  machine_->remove_path(path);
+}
+
+void SubsystemPaths::drain(int path) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  // The lanes stop choosing it at once; each tells lane_drained() when its commands are done.
+  sp.state.store(PathState::draining, std::memory_order_release);
+  sp.drain_waiting = static_cast<uint32_t>(lanes_.size());
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    lane->post([lane, path] { lane->drain_path(path); });
+  }
+  if (lanes_.empty()) machine_->drained(path);
+}
+
+void SubsystemPaths::lane_drained(int path) {
+  boost::asio::post(ctx_, [this, path] {
+    if (stopping_.load()) return;
+    auto& sp = *paths_[static_cast<size_t>(path)];
+    if (sp.drain_waiting == 0 || --sp.drain_waiting != 0) return;
+    machine_->drained(path);
+  });
+}
+
+void SubsystemPaths::removed(int path) {
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  sp.state.store(PathState::removed, std::memory_order_release);
+  sp.drain_waiting = 0;
+  // Nothing of it can execute any more (drained, fenced, or never used): close what is left,
+  // its queue pairs on the lanes (a connect that ended after the removal left some) and its
+  // controller.
+  for (auto& l : lanes_) {
+    Lane* lane = l.get();
+    lane->post([lane, path] { lane->close_path(path, Reactor::clock_ns()); });
+  }
+  std::shared_ptr<PathEndpoint> ctrl;
+  {
+    std::lock_guard lock(sp.ctrl_mu);
+    ctrl = std::move(sp.ctrl);
+  }
+  if (ctrl) post_blocking([ctrl] { ctrl->close(); });
+  nvmeof::detail::log_info("nvmeof: path %s removed\n", sp.addr.to_string().c_str());
+  auto waiters = std::move(sp.on_removed);
+  sp.on_removed.clear();
+  for (auto& f : waiters) f();
 }
 
 Lane* SubsystemPaths::lane_for_submit() noexcept {
@@ -958,9 +1118,13 @@ const Placement& Volume::placement() const noexcept { return impl_->sub_->placem
 
 void Volume::set_selector(SelectorKind k) noexcept { impl_->ns_->selector.store(k, std::memory_order_relaxed); }
 
+Result<int> Volume::add_path(const TransportAddress& addr) { return impl_->sub_->add_path(addr); }
+
+Result<void> Volume::remove_path(const TransportAddress& addr) { return impl_->sub_->remove_path(addr); }
+
 unsigned Volume::usable_paths() const noexcept {
   unsigned n = 0;
-  for (auto& sp : impl_->sub_->paths_)
+  for (auto& sp : impl_->sub_->paths())
     n += sp->state.load(std::memory_order_relaxed) == PathState::live &&
          impl_->ns_->usable_on(static_cast<size_t>(sp->index));
   return n;

@@ -11,12 +11,15 @@
 
 #include <time.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +43,11 @@
 
 namespace nvmeof::detail {
 
+/// Path slots of a subsystem: the paths it opened with, then the ones added at run time. A slot
+/// is never freed (a removed path keeps its index, and takes it again when added back), so the
+/// per-path tables can be sized once and read by other threads without a lock.
+inline constexpr size_t kMaxPaths = Volume::kMaxPaths;
+
 /// One path (one controller) as the whole subsystem sees it, for every volume on it.
 ///
 /// Threading: `state`, `generation`, `quiesce_ns`, `fenced_through` and `event` are
@@ -52,7 +60,8 @@ namespace nvmeof::detail {
 /// at once: a path has one connect or CCR task at a time).
 struct SharedPath {
   int index = 0;
-  TransportAddress addr;
+  TransportAddress addr;  ///< set before the slot is published (SubsystemPaths::paths())
+  int numa_node = kUnknownNode;  ///< the path's node (placement), set with addr
   std::atomic<PathState> state{PathState::connecting};
   std::atomic<AnaState> ana{AnaState::optimized};
   std::atomic<uint32_t> generation{0};
@@ -87,6 +96,10 @@ struct SharedPath {
   std::atomic<uint64_t> keep_alives{0};  // its controller's, copied by ana_poll (control thread)
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> connect_failures{0};
+  // -- removal at run time (control thread only) --
+  bool retiring = false;          ///< remove_path() asked; cleared when added back
+  uint32_t drain_waiting = 0;     ///< lanes that have not yet drained the path
+  std::vector<std::function<void()>> on_removed;  ///< run once the path is removed
   /// The newest ANA log read on `ana_log_of` (this path's controller when it was read), so that
   /// binding one more volume takes its group's state from it instead of reading the log again.
   /// Both guarded by SubsystemPaths::ns_mu_; written by connect_path() and refresh_ana_now().
@@ -114,11 +127,11 @@ struct VolumeNs {
     uint64_t change_since_ns = 0;  // control thread: when it entered ANA change, 0 if not in it
     uint64_t next_look_ns = 0;     // control thread: when to look for it again while nsid is 0
   };
-  explicit VolumeNs(size_t paths) : on(paths) {}
+  VolumeNs() : on(kMaxPaths) {}
   NamespaceInfo info;
   uint32_t max_blocks_per_cmd = 1;
   uint32_t round_robin_ios = 1;
-  std::vector<OnPath> on;  // one per path; never resized
+  std::vector<OnPath> on;  // one per path slot (kMaxPaths); never resized
   std::atomic<SelectorKind> selector{SelectorKind::service_time};
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> failed{0};
@@ -181,6 +194,7 @@ struct AttemptList {
 /// by stats() from another thread: a torn snapshot across counters is acceptable for stats.
 struct LanePath {
   std::unique_ptr<QueuePair> qp;
+  bool draining = false;  // remove_path: close the pair once its commands are done
   uint32_t generation = 0;
   AttemptList inflight;
   uint64_t outstanding_bytes = 0;
@@ -266,6 +280,13 @@ class Lane final : public QueuePairListener {
   /// Lane thread: starts a queue pair prepared off this thread for `path` and `generation`.
   Result<void> attach_prepared(int path, uint32_t generation, PreparedQueue& q);
   void close_path(int path, uint64_t now_ns);
+  /// Lane thread: a path slot published since the lane started (add_path) joins its views, at
+  /// NUMA `distance`; its LanePath was made before the slot was published.
+  void add_path_slot(int path, int distance);
+  /// Lane thread: the path takes no new I/O (its published state already says draining); once
+  /// its commands here are done its queue pair closes and the control thread is told
+  /// (SubsystemPaths::lane_drained).
+  void drain_path(int path);
   /// Reports every live path of the current generation whose queue pair on this lane is missing
   /// or dead (after open: failures reported before the failover machine knew the path).
   void recheck_paths() noexcept;
@@ -290,7 +311,12 @@ class Lane final : public QueuePairListener {
   uint64_t queued() const noexcept {
     return enqueued_.load(std::memory_order_relaxed) - dequeued_.load(std::memory_order_relaxed);
   }
+  /// Path slot `i` below SubsystemPaths::paths().size() (any thread).
   LanePath& path(int i) noexcept { return *paths_[static_cast<size_t>(i)]; }
+  /// Control thread, before publishing slot `i`: its LanePath (kept when the slot is reused).
+  void make_path(size_t i) {
+    if (!paths_[i]) paths_[i] = std::make_unique<LanePath>();
+  }
   /// CPU time the lane's reactor thread has used (its thread CPU clock), for every volume on it.
   uint64_t cpu_ns() const noexcept { return er_.cpu_ns(); }
   /// Its reactor's loop turns, wake-ups from a sleep in the ring and the wake-ups that were its
@@ -337,6 +363,8 @@ class Lane final : public QueuePairListener {
   bool other_path_usable(int p, uint64_t now, bool& any) noexcept;
   uint64_t dead_after_ns(const LanePath& lp) const noexcept;
   void orphan_inflight(LanePath& lp) noexcept;
+  /// A draining path whose commands here are done: closes its pair and tells the control thread.
+  void finish_drain(int p) noexcept;
   bool fill_command(Attempt& a, int p) noexcept;
   /// The paths as `ns` sees them from this lane (ANA state and presence are per namespace);
   /// nullptr: as the controllers are, whatever the namespace.
@@ -361,7 +389,10 @@ class Lane final : public QueuePairListener {
   bool started_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   MpscRing<VolumeIo*> ring_{4096};
-  std::vector<std::unique_ptr<LanePath>> paths_;
+  // One per path slot (kMaxPaths, never resized): slot i is made by the control thread before
+  // it publishes the slot, so other threads read the published ones without a lock. The lane
+  // itself walks the slots its views_ cover (add_path_slot grows them on its thread).
+  std::vector<std::unique_ptr<LanePath>> paths_{kMaxPaths};
   std::vector<std::unique_ptr<QueuePair>> graveyard_;  // failed pairs draining their I/O
   std::vector<PathView> views_;
   SelectorState selector_state_;
@@ -377,6 +408,7 @@ class Lane final : public QueuePairListener {
   std::atomic<uint64_t> enqueued_{0};  // any thread (fetch_add)
   std::atomic<uint64_t> dequeued_{0};  // the lane only
   uint64_t all_silent_ns_ = 0;     // the last turn in which every usable path was silent
+  uint64_t turn_ns_ = 0;           // the clock at the start of the current (or last) turn
   uint64_t last_turn_ns_ = 0;      // g_lane_gap_for_test only
   uint64_t last_turn_cpu_ns_ = 0;
 };
@@ -387,7 +419,10 @@ class Lane final : public QueuePairListener {
 /// and the last one to close closes the controllers.
 ///
 /// Threading: `host_` is set at construction and held until the object is destroyed (its threads
-/// outlive every lane and timer). `opts_`, `max_transfer_`, `paths_` (the vector), `lanes_`,
+/// outlive every lane and timer). The path slots (`paths_`, kMaxPaths, never resized) are
+/// published by `npaths_` (release): a slot below it is fully made (its SharedPath, and its
+/// LanePath on every lane), so any thread may read the slots paths() returns; slots are added
+/// under `paths_mu_` (add_path) and never freed. `opts_`, `max_transfer_`, `lanes_`,
 /// `topology_`, `placement_` and `node_lanes_` are written by open() before any lane runs or
 /// any volume is bound (`open_mu_`, whose release publishes them) and only read afterwards.
 /// `bound_` and each path's ANA log copy (SharedPath::ana_log) are guarded by `ns_mu_`: a
@@ -426,6 +461,19 @@ class SubsystemPaths : public FailoverEnv {
   void unbind(const VolumeNs& ns);
   /// The volumes open on it now. Any thread.
   std::vector<std::shared_ptr<VolumeNs>> bound() const;
+  /// The published path slots, removed ones included (SharedPath::state). Any thread.
+  std::span<const std::unique_ptr<SharedPath>> paths() const noexcept {
+    return {paths_.data(), npaths_.load(std::memory_order_acquire)};
+  }
+  /// Volume::add_path / remove_path (ARCHITECTURE.md, "Paths at run time"). Any thread but a
+  /// lane's; remove_path blocks and so not the control thread either.
+  Result<int> add_path(const TransportAddress& addr);
+  Result<void> remove_path(const TransportAddress& addr);
+  /// Control thread: starts removing path `path`; `done` runs (on the control thread) once it is
+  /// removed. A path already being removed only gains the callback.
+  void start_remove(int path, std::function<void()> done);
+  /// A lane finished draining `path` (posts to the control thread).
+  void lane_drained(int path);
 
   // Control-thread events (any thread may call; they post to the control context).
   /// False when `generation` is not the published one: stale, or not yet published (a queue pair
@@ -443,12 +491,16 @@ class SubsystemPaths : public FailoverEnv {
   /// Computes placement_ (before the lanes exist) and, once they do, the lanes per node.
   void plan_placement();
   void index_lanes();
+  /// NUMA distance from lane `lane`'s reactor to a path on `path_node` (the plan's rule).
+  int distance_to(size_t lane, int path_node) const noexcept;
 
   std::shared_ptr<Host> host_;  // first: destroyed last
   VolumeOptions opts_;          // the first volume's; the sharing key says what all agree on
   ControlPlane& cp_{*engine_of(*host_).cp};
   uint32_t max_transfer_ = 1u << 20;  // bytes one command may move on every path
-  std::vector<std::unique_ptr<SharedPath>> paths_;
+  std::array<std::unique_ptr<SharedPath>, kMaxPaths> paths_;
+  std::atomic<size_t> npaths_{0};
+  std::mutex paths_mu_;  // add_path: one slot change at a time
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint32_t> next_lane_{0};
   mutable std::mutex ns_mu_;
@@ -489,6 +541,10 @@ class SubsystemPaths : public FailoverEnv {
   void publish_fenced(int path, uint32_t generation, FenceRule rule) override;
   void start_connect(int path, uint32_t generation) override;
   void publish_live(int path, uint32_t generation) override;
+  void drain(int path) override;
+  void removed(int path) override;
+  /// Paths not removed (nor being removed): whether a CCR has another path to go through.
+  size_t paths_in_use() const noexcept;
 
   void keep_timer(const std::shared_ptr<boost::asio::steady_timer>& t);
   void try_connect(int path, uint32_t generation);  // on the connect pool

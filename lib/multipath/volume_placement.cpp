@@ -10,8 +10,10 @@ void SubsystemPaths::plan_placement() {
   topology_ = h.topology;
   placement_ = h.placement;
   placement_.paths.clear();
-  for (size_t i = 0; i < opts_.paths.size(); ++i)
-    placement_.paths.push_back(place_path(topology_, opts_.paths[i], static_cast<int>(i)));
+  for (const auto& sp : paths()) {
+    placement_.paths.push_back(place_path(topology_, sp->addr, sp->index));
+    sp->numa_node = placement_.paths.back().node;
+  }
   for (auto& r : placement_.reactors) {
     r.distances.clear();
     for (const auto& p : placement_.paths)
@@ -28,6 +30,11 @@ void SubsystemPaths::index_lanes() {
     if (static_cast<size_t>(n) >= node_lanes_.size()) node_lanes_.resize(static_cast<size_t>(n) + 1);
     node_lanes_[static_cast<size_t>(n)].push_back(l.get());
   }
+}
+
+int SubsystemPaths::distance_to(size_t lane, int path_node) const noexcept {
+  if (placement_.mode != PlacementMode::numa) return kLocalDistance;
+  return topology_.distance(placement_.reactors[lane].node, path_node);
 }
 
 Lane* SubsystemPaths::lane_for_caller() noexcept {

@@ -55,6 +55,8 @@ const char* to_string(PathState s) noexcept {
     case PathState::live: return "live";
     case PathState::failed: return "failed";
     case PathState::fenced: return "fenced";
+    case PathState::draining: return "draining";
+    case PathState::removed: return "removed";
   }
   return "unknown";
 }
@@ -81,8 +83,10 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     snaps.push_back(detail::Lane::snapshot_wait(f, deadline));
     if (!snaps.back().answered) ++s.lanes_unanswered;
   }
-  for (size_t p = 0; p < v.paths_.size(); ++p) {
+  const auto slots = v.paths();
+  for (size_t p = 0; p < slots.size(); ++p) {
     const auto& sp = *v.paths_[p];
+    if (sp.state.load() == PathState::removed) continue;  // gone: its index stays unused
     PathStats ps;
     ps.index = static_cast<int>(p);
     ps.address = sp.addr.to_string();
@@ -106,7 +110,7 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
                                                           : "passthrough";
     ps.traddr = sp.addr.traddr;
     ps.trsvcid = sp.addr.trsvcid;
-    if (p < v.placement_.paths.size()) ps.numa_node = v.placement_.paths[p].node;
+    ps.numa_node = sp.numa_node;
     LatencyHistogram h;
     for (size_t l = 0; l < v.lanes_.size(); ++l) {
       auto& lp = v.lanes_[l]->path(static_cast<int>(p));

@@ -47,6 +47,8 @@ double state_code(PathState s) {
     case PathState::live: return 1;
     case PathState::failed: return 2;
     case PathState::fenced: return 3;
+    case PathState::draining: return 4;
+    case PathState::removed: return 5;
   }
   return -1;
 }
@@ -204,7 +206,7 @@ std::vector<MetricFamily> volume_families(const std::string& volume, const Volum
   }
 
   static const FieldMetric<PathStats> kPath[] = {
-      {"nvmeof_path_state", "Path state: 0 connecting, 1 live, 2 failed, 3 fenced", MetricType::Gauge,
+      {"nvmeof_path_state", "Path state: 0 connecting, 1 live, 2 failed, 3 fenced, 4 draining", MetricType::Gauge,
        [](const PathStats& p) { return state_code(p.state); }},
       {"nvmeof_path_ana_state",
        "ANA state as NVMe codes it: 1 optimized, 2 non-optimized, 3 inaccessible, 4 persistent loss, 15 change",
@@ -266,7 +268,7 @@ std::vector<MetricFamily> host_families(const HostStats& s) {
     out.push_back(std::move(wake));
   }
   static const FieldMetric<HostControllerStats> kController[] = {
-      {"nvmeof_controller_state", "Controller (path) state: 0 connecting, 1 live, 2 failed, 3 fenced",
+      {"nvmeof_controller_state", "Controller (path) state: 0 connecting, 1 live, 2 failed, 3 fenced, 4 draining",
        MetricType::Gauge, [](const HostControllerStats& c) { return state_code(c.state); }},
       {"nvmeof_controller_volumes", "Volumes (namespaces) open on the controller", MetricType::Gauge,
        [](const HostControllerStats& c) { return static_cast<double>(c.volumes); }},

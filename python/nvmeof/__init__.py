@@ -595,6 +595,19 @@ class Volume:
         return [await self._await(f) for f in futures]
 
     # -- stats ----------------------------------------------------------------------------------
+    def add_path(self, addr: str) -> int:
+        """Adds a path (`"addr:port"`, a controller of the same subsystem) at run time and returns
+        its index at once: it connects in the background and takes I/O once live. Every volume
+        on the same controllers gains it. FileExistsError: already a path; ValueError: a bad
+        address; OSError (EBUSY, ENOSPC) otherwise."""
+        return self._core().add_path(addr)
+
+    def remove_path(self, addr: str) -> None:
+        """Removes a path at run time; returns once it is gone: it takes no new I/O, its commands
+        complete (or move after their fence if it fails meanwhile), then it closes. No I/O fails
+        for it. FileNotFoundError: not a path; TimeoutError: not gone in time."""
+        self._core().remove_path(addr)
+
     def stats(self) -> dict:
         """The volume's statistics (the C API's JSON as a dict): namespace, selector, paths with
         state, I/Os, latency and errors, the failover timeline, totals."""

@@ -270,6 +270,10 @@ class PyVolume {
     return out;
   }
 
+  // Paths at run time; the errno's text is the C API's precise reason (nvmeof_last_error).
+  int add_path(const std::string& addr) { return path_change(nvmeof_volume_add_path, "add_path", addr); }
+  void remove_path(const std::string& addr) { path_change(nvmeof_volume_remove_path, "remove_path", addr); }
+
   std::string stats_json() {
     nvmeof_volume* v = get();
     char* s = nullptr;
@@ -285,6 +289,19 @@ class PyVolume {
   }
 
  private:
+  int path_change(int (*fn)(nvmeof_volume*, const char*), const char* what, const std::string& addr) {
+    nvmeof_volume* v = get();
+    int rc;
+    std::string why;
+    {
+      py::gil_scoped_release nogil;
+      rc = fn(v, addr.c_str());
+      if (rc < 0) why = nvmeof_last_error();
+    }
+    if (rc < 0)
+      raise_errno(rc, std::string("nvmeof: ") + what + " " + addr + (why.empty() ? "" : " (" + why + ")"));
+    return rc;
+  }
   nvmeof_volume* vol_ = nullptr;
   uint32_t bs_ = 0;
   uint64_t size_ = 0;
@@ -476,6 +493,8 @@ PYBIND11_MODULE(_core, m) {
       .def("submit", &PyVolume::submit)
       .def("submit_many", &PyVolume::submit_many)
       .def("reap", &PyVolume::reap)
+      .def("add_path", &PyVolume::add_path)
+      .def("remove_path", &PyVolume::remove_path)
       .def("stats_json", &PyVolume::stats_json);
 
   // keep_alive: the ring uses the volume object, which must outlive it.

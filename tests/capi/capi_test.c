@@ -1,6 +1,6 @@
 /* The C API against the embedded target: data written and read back in both completion modes,
  * the blocking forms, write zeroes, DSM, flush, stats, the log hook, bad arguments, and volumes
- * sharing an engine of their own (nvmeof_host).
+ * sharing an engine of their own (nvmeof_host), paths added and removed at run time.
  * Called as `capi-test ADDR:PORT NQN` (tests/integration/run_example.sh starts the target). */
 #include <errno.h>
 #include <poll.h>
@@ -468,6 +468,40 @@ static void test_host(const char* addr, const char* nqn) {
   CHECK(nvmeof_volume_close(c) == 0); /* the last holder: the engine stops */
 }
 
+/* Paths at run time: an address already a path is refused, an unreachable one is added (it is
+ * retried in the background, I/O unharmed) and removed, bad and unknown addresses get clear
+ * errors; data written after it all reads back. */
+static void test_runtime_paths(const char* addr, const char* nqn) {
+  nvmeof_volume_options o;
+  nvmeof_volume_options_init(&o);
+  o.subnqn = nqn;
+  nvmeof_volume* vol = NULL;
+  const char* paths[] = {addr};
+  REQUIRE(nvmeof_volume_open(paths, 1, &o, &vol) == 0);
+  CHECK(nvmeof_volume_add_path(vol, addr) == -EEXIST);
+  CHECK(strstr(nvmeof_last_error(), "already a path") != NULL);
+  CHECK(nvmeof_volume_add_path(vol, "127.0.0.1:0") == -EINVAL); /* port out of range */
+  CHECK(strstr(nvmeof_last_error(), "127.0.0.1:0") != NULL);
+  CHECK(nvmeof_volume_add_path(vol, NULL) == -EINVAL);
+  const int idx = nvmeof_volume_add_path(vol, "127.0.0.1:1"); /* nothing listens: refused */
+  CHECK(idx == 1);
+  CHECK(nvmeof_volume_add_path(vol, "127.0.0.1:1") == -EEXIST);
+  const uint32_t bs = nvmeof_volume_block_size(vol);
+  uint8_t* buf = NULL;
+  REQUIRE(nvmeof_buffer_alloc(4 * (size_t)bs, 0, (void**)&buf) == 0);
+  fill(buf, 4 * (size_t)bs, 77);
+  nvmeof_status st = 0;
+  CHECK(nvmeof_write(vol, buf, 4 * (size_t)bs, 40 * (uint64_t)bs, &st) == 0 && st == 0);
+  CHECK(nvmeof_volume_remove_path(vol, "127.0.0.1:1") == 0);
+  CHECK(nvmeof_volume_remove_path(vol, "127.0.0.1:1") == -ENOENT);
+  CHECK(strstr(nvmeof_last_error(), "not a path") != NULL);
+  memset(buf, 0, 4 * (size_t)bs);
+  CHECK(nvmeof_read(vol, buf, 4 * (size_t)bs, 40 * (uint64_t)bs, &st) == 0 && st == 0);
+  CHECK(verify(buf, 4 * (size_t)bs, 77));
+  nvmeof_buffer_free(buf);
+  CHECK(nvmeof_volume_close(vol) == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
@@ -479,6 +513,7 @@ int main(int argc, char** argv) {
   test_tls_open(argv[1], argv[2]);
   test_refused_connect(argv[1]);
   test_host(argv[1], argv[2]);
+  test_runtime_paths(argv[1], argv[2]);
   if (failures) {
     fprintf(stderr, "capi-test: %d checks failed\n", failures);
     return 1;

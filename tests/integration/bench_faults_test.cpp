@@ -55,21 +55,27 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// Runs the bench (a verified run) and returns its JSON report, checked clean: exit 0, ok, no
+// error, no mismatch.
+nlohmann::json clean_run(const std::string& args) {
+  const auto r = test::run_command(bench_bin() + " " + args + " --json", 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto j = report_of(r.output);
+  CHECK(j["ok"] == true);
+  CHECK(j["errors"] == 0);
+  CHECK(j["mismatches"] == 0);
+  return j;
+}
+
 }  // namespace
 
 TEST_CASE("a two-fault script: each fault, its failover, the CSV and the SVG", "[bench]") {
   const std::string base = "/tmp/nvmeof-bench-faults-test." + std::to_string(::getpid());
   const std::string csv = base + ".csv", svg = base + ".svg";
-  const auto r = test::run_command(bench_bin() + " --embedded --paths 2 --rw randrw --size 16m --runtime 3s "
-                                                 "--fault-script 800ms:reset:0,1.8s:partition:1 --latency-log " + csv +
-                                       " --log-interval 250ms --plot " + svg + " --json",
-                                   120);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const auto j = report_of(r.output);
-  CHECK(j["ok"] == true);
-  CHECK(j["errors"] == 0);
-  CHECK(j["mismatches"] == 0);
+  const auto j = clean_run("--embedded --paths 2 --rw randrw --size 16m --runtime 3s "
+                           "--fault-script 800ms:reset:0,1.8s:partition:1 --latency-log " + csv +
+                           " --log-interval 250ms --plot " + svg);
   CHECK(j["verify"]["blocks_checked_final"].get<uint64_t>() ==
         16u * 1024 * 1024 / j["namespace"]["block_size"].get<uint64_t>());
   // The first fault keeps the single-fault report's shape.
@@ -176,6 +182,28 @@ TEST_CASE("a two-fault script: each fault, its failover, the CSV and the SVG", "
   for (const std::string& f : {csv, svg, base + ".py"}) ::unlink(f.c_str());
 }
 
+TEST_CASE("a path added and one removed mid-run: both delivered, the new one carries I/O, no error", "[bench]") {
+  const auto j = clean_run("--embedded --paths 3 --standby-paths 1 --rw randrw --size 16m --runtime 3s "
+                           "--fault-script 800ms:add-path:2,1.8s:remove-path:0");
+  const auto& faults = j["faults"];
+  REQUIRE(faults.size() == 2);
+  CHECK(faults[0]["action"] == "add-path");
+  CHECK(faults[1]["action"] == "remove-path");
+  for (const auto& f : faults) {
+    CHECK(f["delivered"] == true);
+    CHECK(f["errors"] == 0);
+  }
+  // At the end the volume has paths 1 and 2; path 2, added mid-run, carried I/O.
+  std::vector<int> indexes;
+  uint64_t added_ios = 0;
+  for (const auto& p : j["paths"]) {
+    indexes.push_back(p["index"].get<int>());
+    if (p["index"] == 2) added_ios = p["ios"].get<uint64_t>();
+  }
+  CHECK(indexes == std::vector<int>{1, 2});
+  CHECK(added_ios > 0);
+}
+
 TEST_CASE("bad fault scripts and conflicting flags are refused before the run", "[bench]") {
   auto r = test::run_command(bench_bin() + " --embedded --paths 2 --fault-script 1s:explode:0", 30);
   CHECK(r.exit_code == 2);
@@ -183,6 +211,15 @@ TEST_CASE("bad fault scripts and conflicting flags are refused before the run", 
   r = test::run_command(bench_bin() + " --embedded --paths 2 --fault-script 1s:reset:2", 30);
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("path 2 out of range (2 paths: 0..1)") != std::string::npos);
+  r = test::run_command(bench_bin() + " --embedded --paths 2 --fault-script 1s:add-path:1", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("add-path of path 1, which is in the volume") != std::string::npos);
+  r = test::run_command(bench_bin() + " --embedded --paths 2 --standby-paths 1 --fault-script 1s:remove-path:1", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("remove-path of path 1, which is not in the volume") != std::string::npos);
+  r = test::run_command(bench_bin() + " --embedded --paths 2 --standby-paths 2 --fault-script 1s:add-path:1", 30);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("--standby-paths") != std::string::npos);
   r = test::run_command(bench_bin() + " --embedded --runtime 1s --fault-script 1s:reset:0", 30);
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("is not inside --runtime") != std::string::npos);

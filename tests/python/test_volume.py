@@ -295,3 +295,41 @@ def test_discovery(target):
         assert len(v.stats()["paths"]) == 2
         v.pwrite(pattern(BS, 6000), 2100 * BS)
         assert target.read_ns(2100 * BS, BS) == pattern(BS, 6000)
+
+
+def test_paths_at_run_time(target):
+    """A path added to an open volume carries I/O once live; the first path removed while a batch
+    is in flight: every I/O succeeds, data verified; bad and unknown addresses raise."""
+    import time
+
+    first, second = target.addresses
+    with nvmeof.Volume([first], nqn=target.nqn, io_deadline=2.0, no_path_timeout=10.0) as v:
+        with pytest.raises(FileExistsError):
+            v.add_path(first)
+        with pytest.raises(ValueError):
+            v.add_path("127.0.0.1:0")
+        assert v.add_path(second) == 1
+        base = 3000
+        n = 128
+        ios = 0
+        until = time.monotonic() + 20.0
+        while time.monotonic() < until:  # until the new path has carried some of the writes
+            v.wait(v.write_batch([(pattern(BS, 6000 + i), (base + i) * BS) for i in range(n)]), timeout=20.0)
+            paths = {p["index"]: p for p in v.stats()["paths"]}
+            ios = paths[1]["ios"] if 1 in paths and paths[1]["state"] == "live" else 0
+            if ios > 0:
+                break
+        assert ios > 0
+        batch = v.write_batch([(pattern(BS, 7000 + i), (base + n + i) * BS) for i in range(n)])
+        v.remove_path(first)  # while the batch is in flight
+        v.wait(batch, timeout=20.0)
+        with pytest.raises(FileNotFoundError):
+            v.remove_path(first)
+        bufs = [bytearray(BS) for _ in range(2 * n)]
+        v.wait(v.read_batch([(bufs[i], (base + i) * BS) for i in range(2 * n)]), timeout=20.0)
+        for i in range(n):
+            assert bufs[i] == pattern(BS, 6000 + i)
+            assert bufs[n + i] == pattern(BS, 7000 + i)
+        s = v.stats()
+        assert s["failed"] == 0
+        assert [p["index"] for p in s["paths"]] == [1]

@@ -117,8 +117,8 @@ TEST_CASE("bad fault scripts are refused with a message naming the entry", "[ben
   CHECK(error_of("1s:reset:0,2:reset:1") ==
         "--fault-script entry 2 \"2:reset:1\": bad time \"2\" (want a number with s, ms or us: 2s, 1.5s, 250ms)");
   CHECK(error_of("1s:boom:0").starts_with(
-      "--fault-script entry 1 \"1s:boom:0\": unknown action \"boom\" (one of ana-change, ana-inaccessible, blackhole, "
-      "clear, fail-status, latency, partition, refuse, reset, restore, slow)"));
+      "--fault-script entry 1 \"1s:boom:0\": unknown action \"boom\" (one of add-path, ana-change, ana-inaccessible, "
+      "blackhole, clear, fail-status, latency, partition, refuse, remove-path, reset, restore, slow)"));
   CHECK(error_of("1s:reset:2") == "--fault-script entry 1 \"1s:reset:2\": path 2 out of range (2 paths: 0..1)");
   CHECK(error_of("1s:reset:1", limits(1)) == "--fault-script entry 1 \"1s:reset:1\": path 1 out of range (1 path: 0..0)");
   CHECK(error_of("1s:reset:x") == "--fault-script entry 1 \"1s:reset:x\": bad path \"x\" (want a path index: 0, 1, ...)");
@@ -136,6 +136,30 @@ TEST_CASE("bad fault scripts are refused with a message naming the entry", "[ben
   std::string many;
   for (size_t i = 0; i <= kMaxFaultSteps; ++i) many += "1s:reset:0,";
   CHECK(error_of(many).ends_with(": more than 256 entries"));
+}
+
+TEST_CASE("path changes in a fault script: remove-path of a path in the volume, add-path of one outside it",
+          "[bench]") {
+  FaultScriptLimits l = limits(3);
+  l.standby = 1;  // path 2 starts outside the volume
+  std::string error;
+  auto steps = parse_fault_script("1s:add-path:2,2s:remove-path:0,3s:add-path:0,3.5s:reset:0", l, error);
+  INFO(error);
+  REQUIRE(steps);
+  REQUIRE(steps->size() == 4);
+  CHECK((*steps)[0].action == FaultArg::add_path);
+  CHECK((*steps)[1].action == FaultArg::remove_path);
+  CHECK((*steps)[1].path == 0);
+  // A script of path changes alone is still a schedule.
+  CHECK(parse_fault_script("1s:remove-path:1", limits(2), error));
+  CHECK(error_of("1s:add-path:1", l) ==
+        "--fault-script entry 1 \"1s:add-path:1\": add-path of path 1, which is in the volume");
+  CHECK(error_of("1s:remove-path:2", l) ==
+        "--fault-script entry 1 \"1s:remove-path:2\": remove-path of path 2, which is not in the volume");
+  CHECK(error_of("1s:remove-path:0,2s:remove-path:0", l) ==
+        "--fault-script entry 2 \"2s:remove-path:0\": remove-path of path 0, which is not in the volume");
+  CHECK(error_of("1s:remove-path=1s:0", l) ==
+        "--fault-script entry 1 \"1s:remove-path=1s:0\": \"remove-path\" takes no =VALUE (only slow does)");
 }
 
 TEST_CASE("the interval recorder sums each interval and takes its percentiles", "[bench]") {

@@ -1,8 +1,10 @@
 // The failover state machine against a fake environment: which fence rule applies when, CCR
 // through another controller (and what happens when it fails or none is possible), CCRL, the
-// TP4129 hold, the controller closing on us, reconnect with backoff, stale events.
+// TP4129 hold, the controller closing on us, reconnect with backoff, stale events, paths added
+// and removed at run time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,8 @@ struct FakeEnv final : FailoverEnv {
   void publish_live(int path, uint32_t generation) override {
     log.push_back("live " + std::to_string(path) + " gen " + std::to_string(generation));
   }
+  void drain(int path) override { log.push_back("drain " + std::to_string(path)); }
+  void removed(int path) override { log.push_back("removed " + std::to_string(path)); }
 
   // Fires every timer due by `t` (in order of arming), as the control loop would.
   void advance_to(uint64_t t, FailoverMachine& m) {
@@ -279,4 +283,113 @@ TEST_CASE("a CCR is never sent through a failed path", "[failover][ccr]") {
   REQUIRE(env.ccrs.size() == 1);  // through path 0
   REQUIRE(m.on_failure(0, 0, LossCause::local, env.now));
   CHECK(env.ccrs.size() == 1);  // path 1 is failed: nothing to send path 0's CCR through
+}
+
+TEST_CASE("a live path being removed drains, then is removed without a fence or a reconnect", "[failover][paths]") {
+  FakeEnv env;
+  auto m = make(env, 2);
+  m.remove_path(1);
+  CHECK(env.has("drain 1"));
+  CHECK_FALSE(env.has("removed 1"));
+  CHECK(m.state(1) == PathState::live);  // its commands still complete
+  m.remove_path(1);                      // asked twice: drained once
+  CHECK(std::count(env.log.begin(), env.log.end(), "drain 1") == 1);
+  m.drained(1);
+  CHECK(env.has("removed 1"));
+  CHECK(m.state(1) == PathState::removed);
+  CHECK_FALSE(env.has("teardown 1"));  // every command completed: nothing to fence
+  CHECK(env.connects.empty());
+  // A late report of its old connection fails nothing.
+  CHECK_FALSE(m.on_failure(1, 0, LossCause::local, env.now));
+  CHECK_FALSE(env.has("close 1"));
+  // Path 0 is untouched.
+  CHECK(m.state(0) == PathState::live);
+}
+
+TEST_CASE("a path that fails while it drains keeps the fence rules, then is removed instead of reconnecting",
+          "[failover][paths]") {
+  FakeEnv env;
+  auto m = make(env, 2);
+  m.remove_path(1);
+  REQUIRE(m.on_failure(1, 0, LossCause::local, env.now));
+  CHECK(env.has("close 1"));
+  m.drained(1);  // the lanes' pairs closed under the failure: not proof of anything
+  CHECK_FALSE(env.has("removed 1"));
+  REQUIRE(env.ccrs.size() == 1);
+  m.on_ccr_done(1, 0, env.ccrs[0].generation, true);
+  CHECK(env.has("fenced 1 gen 0 ccr"));
+  CHECK(env.has("removed 1"));
+  CHECK(env.connects.empty());
+  // The hold timer that was armed finds nothing to do.
+  env.advance_to(env.now + 1000 * kMs, m);
+  CHECK(env.connects.empty());
+  CHECK(std::count(env.log.begin(), env.log.end(), "removed 1") == 1);
+}
+
+TEST_CASE("a failed path removed before its fence is removed by the fence, writes still waiting for it",
+          "[failover][paths]") {
+  FakeEnv env;
+  auto m = make(env, 2, FenceMode::safe, fabric_facts(100, 10, 0));  // no CCR: the hold
+  REQUIRE(m.on_failure(1, 0, LossCause::local, env.now));
+  m.remove_path(1);
+  CHECK_FALSE(env.has("removed 1"));
+  env.advance_to(env.now + 309 * kMs, m);
+  CHECK_FALSE(env.has("removed 1"));
+  env.advance_to(env.now + 2 * kMs, m);
+  CHECK(env.has("fenced 1 gen 0 time"));
+  CHECK(env.has("removed 1"));
+  CHECK(env.connects.empty());
+}
+
+TEST_CASE("a path removed while it reconnects is removed when the connect ends, never going live",
+          "[failover][paths]") {
+  FakeEnv env;
+  auto m = make(env, 2, FenceMode::skip_unsafe);
+  REQUIRE(m.on_failure(1, 0, LossCause::local, env.now));
+  REQUIRE(env.connects.size() == 1);  // skip_unsafe fences at once and reconnects
+  m.remove_path(1);
+  CHECK_FALSE(env.has("removed 1"));
+  m.on_connect_done(1, true, fabric_facts());
+  CHECK(env.has("removed 1"));
+  CHECK_FALSE(env.has("live 1 gen 1"));
+}
+
+TEST_CASE("a path added at run time connects; a removed one added back takes a newer generation",
+          "[failover][paths]") {
+  FakeEnv env;
+  auto m = make(env, 1);
+  m.add_path(1);
+  REQUIRE(env.connects == std::vector<int>{1});
+  CHECK(env.connect_generations.back() == 1);
+  m.on_connect_done(1, false, {});  // not there yet: retried with backoff
+  REQUIRE(env.timers.size() == 1);
+  env.advance_to(env.timers[0].at, m);
+  REQUIRE(env.connects.size() == 2);
+  m.on_connect_done(1, true, fabric_facts());
+  CHECK(env.has("live 1 gen 1"));
+  CHECK(m.state(1) == PathState::live);
+  // A CCR of path 0 may go through the new path.
+  REQUIRE(m.on_failure(0, 0, LossCause::local, env.now));
+  REQUIRE(env.ccrs.size() == 1);
+  CHECK(env.ccrs[0].via == 1);
+  // Removed and added back: its old generation is never reused.
+  m.remove_path(1);
+  m.drained(1);
+  REQUIRE(env.has("removed 1"));
+  m.add_path(1);
+  CHECK(env.connect_generations.back() > 1);
+  m.on_connect_done(1, true, fabric_facts());
+  CHECK(m.state(1) == PathState::live);
+  CHECK_FALSE(m.retired(1));
+}
+
+TEST_CASE("a path not connected when removed is removed at once", "[failover][paths]") {
+  FakeEnv env;
+  FailoverMachine m(env, 2, {10ms, 1000ms}, FenceMode::safe);
+  m.opened(0, fabric_facts());
+  m.unreachable_at_open(1);
+  m.remove_path(1);
+  CHECK(env.has("removed 1"));
+  env.advance_to(env.now + 2000 * kMs, m);  // its reconnect timer fires into nothing
+  CHECK(env.connects.empty());
 }

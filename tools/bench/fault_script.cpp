@@ -21,7 +21,8 @@ const std::map<std::string, FaultArg, std::less<>>& action_names() {
       {"reset", FaultArg::reset}, {"blackhole", FaultArg::blackhole}, {"partition", FaultArg::partition},
       {"refuse", FaultArg::refuse}, {"ana-inaccessible", FaultArg::ana_inaccessible},
       {"ana-change", FaultArg::ana_change}, {"slow", FaultArg::slow}, {"latency", FaultArg::slow},
-      {"fail-status", FaultArg::fail_status}, {"restore", FaultArg::restore}, {"clear", FaultArg::restore}};
+      {"fail-status", FaultArg::fail_status}, {"restore", FaultArg::restore}, {"clear", FaultArg::restore},
+      {"remove-path", FaultArg::remove_path}, {"add-path", FaultArg::add_path}};
   return k;
 }
 
@@ -77,6 +78,7 @@ std::optional<std::vector<FaultStep>> parse_fault_script(std::string_view text, 
                                                          std::string& error, const std::string& source) {
   std::vector<FaultStep> steps;
   std::vector<bool> faulted;
+  std::vector<bool> outside;  // remove-path / add-path: the paths not in the volume now
   size_t entry = 0, line = 1;
   auto fail = [&](const std::string& entry_text, const std::string& why) {
     error = "--fault-script ";
@@ -147,7 +149,17 @@ std::optional<std::vector<FaultStep>> parse_fault_script(std::string_view text, 
         return fail(e, "time goes back (" + ms_text(st.at) + " after " + ms_text(steps.back().at) +
                            "): write the entries in the order they happen");
       if (faulted.size() <= path) faulted.resize(path + 1, false);
-      if (st.action == FaultArg::restore) {
+      if (st.action == FaultArg::remove_path || st.action == FaultArg::add_path) {
+        // Known paths only: with --discover the volume's paths are not known yet.
+        if (limits.paths != 0) {
+          if (outside.empty())
+            for (unsigned i = 0; i < limits.paths; ++i) outside.push_back(i + limits.standby >= limits.paths);
+          const bool add = st.action == FaultArg::add_path;
+          if (add && !outside[path]) return fail(e, "add-path of path " + path_s + ", which is in the volume");
+          if (!add && outside[path]) return fail(e, "remove-path of path " + path_s + ", which is not in the volume");
+          outside[path] = !add;
+        }
+      } else if (st.action == FaultArg::restore) {
         if (!faulted[path]) return fail(e, "restore of path " + path_s + " with no fault before it");
         faulted[path] = false;
       } else {

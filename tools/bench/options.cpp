@@ -41,6 +41,8 @@ const char* to_string(FaultArg f) noexcept {
     case FaultArg::fail_status: return "fail-status";
     case FaultArg::refuse: return "refuse";
     case FaultArg::restore: return "restore";
+    case FaultArg::remove_path: return "remove-path";
+    case FaultArg::add_path: return "add-path";
   }
   return "?";
 }
@@ -171,6 +173,9 @@ ParsedArgs parse_args(int argc, char** argv) {
                                 "start an embedded target in-process (--paths ports, 256 MiB RAM)");
   target->excludes(embedded);
   app.add_option("--paths", o.paths, "ports of the embedded target")->check(CLI::Range(1u, 16u));
+  app.add_option("--standby-paths", o.standby_paths,
+                 "the last N paths are not opened with the volume; a --fault-script add-path adds one")
+      ->check(CLI::Range(1u, 15u));
   app.add_option("--selector", selector, "path selector")
       ->check(CLI::IsMember(keys(selector_names)));
   app.add_option("--digest", digest, "NVMe/TCP digests")->check(CLI::IsMember(keys(digest_names)));
@@ -226,7 +231,9 @@ ParsedArgs parse_args(int argc, char** argv) {
       "entry a line (# comments). TIME from the start of the timed phase (2s, 1.5s, 250ms), inside "
       "--runtime and never going back; ACTION reset, blackhole, partition, refuse, ana-inaccessible, "
       "ana-change, slow[=DELAY] (alias latency), fail-status, or restore (alias clear: the path's "
-      "faults end, its ANA group optimized again; only after a fault on that path); PATH the path "
+      "faults end, its ANA group optimized again; only after a fault on that path); or a change of "
+      "the volume's paths: remove-path (it drains and is removed) and add-path (a removed one, or "
+      "one of --standby-paths); PATH the path "
       "index. Example: 1s:reset:0,2s:partition:1,2.5s:restore:1. The report has one entry per fault "
       "(JSON: faults) with the failover it caused, or why none");
   script->excludes(fail_path);
@@ -328,9 +335,15 @@ ParsedArgs parse_args(int argc, char** argv) {
   o.log_interval = *parse_duration(log_interval);
   if (!o.has_fault()) o.fail_kind = FaultArg::none;
   if (!o.embedded) o.paths = static_cast<unsigned>(o.targets.size());
+  if (o.standby_paths > 0 && (!o.discover.empty() || o.standby_paths >= o.paths)) {
+    std::fprintf(stderr, "nvmeof-bench: --standby-paths: must leave at least one of the %u paths open "
+                         "(and cannot go with --discover)\n", o.paths);
+    return {std::nullopt, 2};
+  }
   if (script->count() > 0) {
     FaultScriptLimits limits;
     limits.paths = o.discover.empty() ? o.paths : 0;
+    limits.standby = o.standby_paths;
     limits.runtime = o.runtime;
     limits.slow_latency = o.slow_latency;
     std::string error;

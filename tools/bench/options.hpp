@@ -29,6 +29,9 @@ enum class FaultArg : uint8_t {
   fail_status,       ///< every command on the port completes with Internal Error (retryable)
   refuse,            ///< new connections are closed at once (the live ones stay)
   restore,           ///< ends the port's faults and makes its ANA group optimized again
+  // Changes of the volume's paths (not of the target): Volume::remove_path / add_path.
+  remove_path,       ///< the path drains and is removed from the volume
+  add_path,          ///< the path (removed, or one of --standby-paths) is added to the volume
 };
 const char* to_string(FaultArg f) noexcept;
 
@@ -52,6 +55,8 @@ struct BenchOptions {
   std::string nqn = "nqn.2024-01.io.nvmeof:target";
   bool embedded = false;
   unsigned paths = 1;                   ///< embedded target ports
+  /// The last this many paths are not opened with the volume: a fault script's add-path adds them.
+  unsigned standby_paths = 0;
   SelectorKind selector = SelectorKind::service_time;
   Digest digest = Digest::none;
   unsigned reactors = 1;

@@ -95,6 +95,8 @@ const char* no_failover_hint(FaultArg a) {
     case FaultArg::slow: return "a slow path is still a usable one";
     case FaultArg::ana_change: return "ANA change is transient (optimized again 100 ms later)";
     case FaultArg::fail_status: return "its failed commands were retried without failing the path";
+    case FaultArg::remove_path: return "a removed path drains: its commands complete, nothing fails over";
+    case FaultArg::add_path: return "an added path connects and takes its share";
     default: return nullptr;
   }
 }
