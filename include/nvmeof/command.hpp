@@ -79,6 +79,10 @@ inline constexpr uint8_t kNamespaceDescriptors = 0x03;
 }  // namespace cns
 
 namespace log_page {
+/// Changed Namespace List: up to 1024 NSIDs changed since the controller last returned it (read
+/// clears it); 0xFFFFFFFF in the first entry when more changed.
+inline constexpr uint8_t kChangedNamespaces = 0x04;
+inline constexpr uint32_t kAllNamespacesChanged = 0xffffffffu;
 inline constexpr uint8_t kAna = 0x0c;
 inline constexpr uint8_t kDiscovery = 0x70;
 /// Cross-Controller Reset log (TP8028): one entry per CCR this controller was asked for.

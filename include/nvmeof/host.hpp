@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -100,6 +101,23 @@ struct HostControllerStats {
   std::string write_fence_rule;  ///< as PathStats::write_fence_rule
 };
 
+/// A namespace change a controller reported (a Namespace Attribute Changed event, then the
+/// Changed Namespace List log and Identify), as the engine saw it: once per change, however many
+/// controllers of the subsystem reported it.
+struct NamespaceEvent {
+  enum class Kind : uint8_t {
+    added,    ///< a namespace of the subsystem the engine had not seen (no volume is open on it)
+    resized,  ///< an open volume's namespace grew or shrank: Volume::size_blocks() follows
+    removed,  ///< an open volume's namespace is gone from every path: its I/O fails (Invalid Namespace)
+  };
+  Kind kind = Kind::added;
+  std::string subnqn;
+  uint32_t nsid = 0;         ///< as the reporting controller numbers it
+  uint64_t size_blocks = 0;  ///< the size now (0 when removed)
+  uint32_t block_size = 0;
+};
+const char* to_string(NamespaceEvent::Kind k) noexcept;
+
 struct HostStats {
   unsigned reactors = 0;
   /// Threads the engine runs: reactors, the control thread and the blocking-work pool.
@@ -134,6 +152,13 @@ class Host {
   HostStats stats() const;
   /// The TCP port of HostOptions::metrics_listen (0 when it is empty).
   uint16_t metrics_port() const noexcept;
+  /// Namespace changes the controllers of its subsystems reported since the last call, oldest
+  /// first (the newest 1024 are kept). Any thread.
+  std::vector<NamespaceEvent> take_namespace_events();
+  /// Calls `fn` for each namespace change as it is found (on the engine's blocking-work pool,
+  /// never a reactor: it may block briefly, e.g. to open a volume on an added namespace with
+  /// Volume::open on another thread). An empty function stops the calls. Any thread.
+  void on_namespace_event(std::function<void(const NamespaceEvent&)> fn);
 
  protected:
   Host() = default;  ///< create() and shared() make the library's own kind of Host

@@ -194,7 +194,10 @@ struct FailoverEvent {
 };
 
 struct VolumeStats {
-  NamespaceInfo ns;
+  NamespaceInfo ns;  ///< as identified at open, with the size now (a resize is followed)
+  /// The controllers reported the namespace changed and no path shows it any more: its I/O
+  /// completes with Invalid Namespace (status::kInvalidNamespace, DNR) until a path shows it again.
+  bool namespace_removed = false;
   SelectorKind selector = SelectorKind::service_time;
   std::vector<PathStats> paths;
   std::vector<FailoverEvent> timeline;  ///< the newest VolumeOptions::timeline_max failovers, oldest first

@@ -826,6 +826,10 @@ Result<AnaLog> Controller::ana_log() {
 
 Result<DiscoveryLog> Controller::discovery_log() { return fabric::discovery_log(core_of(*this)); }
 
+Result<std::vector<uint32_t>> changed_namespaces(Controller& ctrl) {
+  return fabric::changed_namespaces(core_of(ctrl));
+}
+
 Result<void> Controller::keep_alive() {
   Sqe c;
   prep_keep_alive(c);

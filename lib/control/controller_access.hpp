@@ -43,6 +43,10 @@ Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& re
 Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
                                          int memory_node);
 
+/// The Changed Namespace List log of `ctrl` (fabric::changed_namespaces), read on the calling
+/// thread (not the control thread, whose loop the read waits for).
+Result<std::vector<uint32_t>> changed_namespaces(Controller& ctrl);
+
 /// Where the lanes of a controller's I/O queues note that a command completed (traffic-based
 /// keep-alive), or nullptr when the controller's keep-alive is not traffic based.
 std::shared_ptr<std::atomic<uint64_t>> traffic_clock(Controller& ctrl) noexcept;

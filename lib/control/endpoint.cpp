@@ -13,6 +13,7 @@ class FabricEndpoint final : public PathEndpoint {
   Result<NamespaceInfo> identify_namespace(uint32_t nsid) override { return ctrl_->identify_namespace(nsid); }
   Result<std::vector<uint32_t>> active_namespaces() override { return ctrl_->active_namespaces(); }
   Result<AnaLog> ana_log() override { return ctrl_->ana_log(); }
+  Result<std::vector<uint32_t>> changed_namespaces() override { return nvmeof::changed_namespaces(*ctrl_); }
   Result<PreparedQueue> prepare_io_queue(Reactor& r, uint32_t depth, int memory_node) override {
     return nvmeof::prepare_io_queue(*ctrl_, r, depth, memory_node);
   }

@@ -33,6 +33,9 @@ class PathEndpoint {
   virtual Result<NamespaceInfo> identify_namespace(uint32_t nsid) = 0;
   virtual Result<std::vector<uint32_t>> active_namespaces() = 0;
   virtual Result<AnaLog> ana_log() = 0;
+  /// The Changed Namespace List (fabric::changed_namespaces); unsupported where the kernel owns
+  /// the controller's events.
+  virtual Result<std::vector<uint32_t>> changed_namespaces() { return Errc::unsupported; }
   /// Connects an I/O queue pair that `reactor` will drive: the blocking part runs here, on the
   /// calling thread (never a reactor), with its memory on `memory_node`; the returned start()
   /// runs on the reactor's thread.

@@ -54,6 +54,21 @@ Result<NamespaceInfo> identify_namespace(AdminChannel& ch, uint32_t nsid) {
   return ns;
 }
 
+Result<std::vector<uint32_t>> changed_namespaces(AdminChannel& ch) {
+  constexpr uint32_t kLen = 4096;
+  auto raw = get_log_page(ch, log_page::kChangedNamespaces, 0xffffffffu, kLen);
+  if (!raw) return raw.error();
+  std::vector<uint32_t> out;
+  for (size_t at = 0; at + 4 <= raw->size(); at += 4) {
+    uint32_t id;
+    std::memcpy(&id, raw->data() + at, 4);
+    if (id == 0) break;
+    if (id == kAllNamespacesChanged) return std::vector<uint32_t>{kAllNamespacesChanged};
+    out.push_back(id);
+  }
+  return out;
+}
+
 Result<std::vector<uint32_t>> active_namespaces(AdminChannel& ch) {
   std::vector<uint32_t> out;
   uint32_t from = 0;

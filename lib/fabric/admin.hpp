@@ -60,6 +60,11 @@ Result<std::vector<uint32_t>> active_namespaces(AdminChannel& ch);
 /// `nn` (Identify Controller NN: each namespace sits in at most one group) say, at most
 /// kMaxLogLen.
 Result<AnaLog> ana_log(AdminChannel& ch, uint32_t nn);
+/// Every NSID of the Changed Namespace List log (4096 bytes: up to 1024, ending at the first 0),
+/// the read that clears it on the controller. kAllNamespacesChanged alone when more than 1024
+/// changed (or the list names it anywhere): look at every namespace.
+using log_page::kAllNamespacesChanged;
+Result<std::vector<uint32_t>> changed_namespaces(AdminChannel& ch);
 /// The discovery log: the header, then every record NUMREC names (at most
 /// kMaxDiscoveryRecords); read again while GENCTR changes between the two, up to three times
 /// (protocol_error after).

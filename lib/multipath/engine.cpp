@@ -309,6 +309,41 @@ Result<std::shared_ptr<Host>> Host::shared(const HostOptions& opts) { return det
 
 const HostOptions& Host::options() const noexcept { return engine_of(*this).opts; }
 const Placement& Host::placement() const noexcept { return engine_of(*this).placement; }
+const char* to_string(NamespaceEvent::Kind k) noexcept {
+  switch (k) {
+    case NamespaceEvent::Kind::added: return "added";
+    case NamespaceEvent::Kind::resized: return "resized";
+    case NamespaceEvent::Kind::removed: return "removed";
+  }
+  return "unknown";
+}
+
+void Engine::report(NamespaceEvent e) {
+  std::shared_ptr<std::function<void(const NamespaceEvent&)>> cb;
+  {
+    std::lock_guard lock(events_mu);
+    ns_events.push_back(e);
+    while (ns_events.size() > kMaxNamespaceEvents) ns_events.pop_front();
+    cb = ns_callback;
+  }
+  if (cb && *cb) (*cb)(e);
+}
+
+std::vector<NamespaceEvent> Host::take_namespace_events() {
+  Engine& e = engine_of(*this);
+  std::lock_guard lock(e.events_mu);
+  std::vector<NamespaceEvent> out(e.ns_events.begin(), e.ns_events.end());
+  e.ns_events.clear();
+  return out;
+}
+
+void Host::on_namespace_event(std::function<void(const NamespaceEvent&)> fn) {
+  Engine& e = engine_of(*this);
+  auto cb = fn ? std::make_shared<std::function<void(const NamespaceEvent&)>>(std::move(fn)) : nullptr;
+  std::lock_guard lock(e.events_mu);
+  e.ns_callback = std::move(cb);
+}
+
 uint16_t Host::metrics_port() const noexcept {
   const auto& o = engine_of(*this).observers;
   return o ? o->metrics_port() : 0;

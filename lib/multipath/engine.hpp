@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -113,6 +114,14 @@ struct NVMEOF_LOCAL Engine final : Host {
   // volumes.
   static constexpr unsigned kPoolThreads = 3;
   std::unique_ptr<detail::Observers> observers;  // HostOptions::metrics_listen (multipath/observers.hpp)
+  // Namespace changes (Host::take_namespace_events, on_namespace_event): appended by the pool
+  // tasks that read a controller's Changed Namespace List, taken by any thread, under events_mu;
+  // the callback is called outside the lock (a copy of it).
+  std::mutex events_mu;
+  std::deque<NamespaceEvent> ns_events;
+  std::shared_ptr<std::function<void(const NamespaceEvent&)>> ns_callback;
+  static constexpr size_t kMaxNamespaceEvents = 1024;
+  void report(NamespaceEvent e);
 
   Engine();  // out of line: Observers is complete only there
   ~Engine() override;

@@ -332,6 +332,10 @@ void Lane::refresh_views(const VolumeNs* ns) noexcept {
 
 void Lane::issue(Attempt& a) noexcept {
   const VolumeNs& ns = *io_state(*a.io).ns;
+  if (ns.removed.load(std::memory_order_relaxed)) [[unlikely]] {
+    finish_piece(a, status::kInvalidNamespace);  // no path shows it: there is nowhere to send it
+    return;
+  }
   refresh_views(&ns);
   // A retry avoids the paths whose last completion was an error while a usable path without
   // one remains: a path that fails every command with a retryable status answers at once and
@@ -990,7 +994,7 @@ int Lane::turn() noexcept {
       // I/O past it either.
       if (a->release_ns <= now) {
         finish_piece(*a, NvmeStatus::make(Sct::path, 0x70, true));
-      } else if (any) {
+      } else if (any || io_state(*a->io).ns->removed.load(std::memory_order_relaxed)) {
         a->exclude = -1;
         issue(*a);
       } else {

@@ -31,6 +31,20 @@ bool is_ana_change_notice(uint32_t dw0) noexcept {
   return type == 0x2 && info == 0x03;  // notice, asymmetric namespace access change
 }
 
+bool is_namespace_change_notice(uint32_t dw0) noexcept {
+  const uint32_t type = dw0 & 0x7;
+  const uint32_t info = (dw0 >> 8) & 0xff;
+  return type == 0x2 && info == 0x00;  // notice, namespace attribute changed
+}
+
+// A controller's answer that a namespace is not active (Invalid Namespace or Format, or Invalid
+// Field for an NSID it does not know), as opposed to a controller that could not answer.
+bool says_not_active(std::error_code ec) noexcept {
+  if (ec.category() != nvme_category()) return false;
+  const NvmeStatus st{static_cast<uint16_t>(ec.value())};
+  return st.sct() == Sct::generic && (st.sc() == 0x0b || st.sc() == 0x02);
+}
+
 uint32_t next_subsystem_serial() noexcept {
   static std::atomic<uint32_t> next{0};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -239,7 +253,10 @@ Result<void> SubsystemPaths::bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoin
     return g ? g->state : AnaState::optimized;
   };
   auto set = [&](AnaState ana) {
-    if (first) ns.info = info;
+    if (first) {
+      ns.info = info;
+      ns.size_blocks.store(info.size_blocks);
+    }
     on.anagrpid.store(info.anagrpid);
     on.ana.store(ana);
   };
@@ -262,6 +279,7 @@ Result<void> SubsystemPaths::bind_path(VolumeNs& ns, SharedPath& sp, PathEndpoin
     }
   }
   on.nsid.store(nsid, std::memory_order_release);
+  ns.removed.store(false);  // a path shows it (again)
   sp.probe_block_size.store(ns.info.block_size);
   sp.probe_nsid.store(nsid);
   return {};
@@ -330,6 +348,16 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
   auto ns = bind(vo);
   if (!ns) return ns.error();
   first = std::move(*ns);
+  // The namespaces there are now: a change is reported against these (refresh_namespaces).
+  for (auto& sp : paths())
+    if (auto ctrl = sp->endpoint()) {
+      if (auto list = ctrl->active_namespaces(); list) {
+        std::lock_guard lock(known_mu_);
+        for (uint32_t id : *list) known_ns_.emplace(id, 0);
+        known_ns_[first->on[static_cast<size_t>(sp->index)].nsid.load()] = first->size_blocks.load();
+      }
+      break;
+    }
 
   plan_placement();
   auto& reactors = engine_of(*host_).reactors;
@@ -517,8 +545,9 @@ uint64_t SubsystemPaths::anatt_ns_of(const SharedPath& sp) const noexcept {
 void SubsystemPaths::watch_controller(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   const uint32_t gen = sp.generation.load();
-  sp.ctrl->on_async_event([this](uint32_t dw0) {
+  sp.ctrl->on_async_event([this, path](uint32_t dw0) {
     if (is_ana_change_notice(dw0)) request_ana_refresh();
+    if (is_namespace_change_notice(dw0)) request_namespace_refresh(path);
   });
   sp.ctrl->on_failure([this, path, gen](std::error_code ec) {
     report_path_failure(path, gen, "admin queue: " + ec.message(), classify_loss(ec), Reactor::clock_ns());
@@ -694,6 +723,97 @@ void SubsystemPaths::publish_live(int path, uint32_t generation) {
   }
   nvmeof::detail::log_info("nvmeof: path %s reconnected\n", sp.addr.to_string().c_str());
   watch_controller(path);
+}
+
+void SubsystemPaths::request_namespace_refresh(int path) {
+  post_blocking([this, path] { refresh_namespaces(path); });
+}
+
+void SubsystemPaths::refresh_namespaces(int path) {
+  if (stopping_.load()) return;
+  auto& sp = *paths_[static_cast<size_t>(path)];
+  auto ctrl = sp.endpoint();
+  if (!ctrl) return;
+  // Reading the list also lets the controller send the next such event.
+  auto changed = ctrl->changed_namespaces();
+  if (!changed) {
+    nvmeof::detail::log_warning("nvmeof: path %s: changed namespace list: %s\n", sp.addr.to_string().c_str(),
+                                changed.message().c_str());
+    return;
+  }
+  const bool all = changed->size() == 1 && changed->front() == log_page::kAllNamespacesChanged;
+  auto listed = [&](uint32_t id) { return all || std::find(changed->begin(), changed->end(), id) != changed->end(); };
+  Engine& engine = engine_of(*host_);
+  const size_t p = static_cast<size_t>(path);
+  std::vector<uint32_t> seen;  // NSIDs that are bound volumes' on this path
+  for (const auto& ns : bound()) {
+    const uint32_t id = ns->on[p].nsid.load();
+    if (id == 0) continue;
+    seen.push_back(id);
+    if (!listed(id)) continue;
+    auto ni = ctrl->identify_namespace(id);
+    const bool here = ni && ni->size_blocks != 0 && ni->id.same_namespace_as(ns->info.id);
+    NamespaceEvent ev;
+    ev.subnqn = opts_.connect.subnqn;
+    ev.nsid = id;
+    ev.block_size = ns->info.block_size;
+    if (here) {
+      if (ni->block_size != ns->info.block_size) continue;  // reformatted: not a resize we can follow
+      const uint64_t was = ns->size_blocks.exchange(ni->size_blocks);
+      {
+        std::lock_guard lock(known_mu_);
+        known_ns_[id] = ni->size_blocks;
+      }
+      if (was == ni->size_blocks) continue;  // another controller of it reported it first
+      nvmeof::detail::log_info("nvmeof: namespace %u: %llu blocks, was %llu\n", id,
+                               static_cast<unsigned long long>(ni->size_blocks), static_cast<unsigned long long>(was));
+      ev.kind = NamespaceEvent::Kind::resized;
+      ev.size_blocks = ni->size_blocks;
+      engine.report(ev);
+      continue;
+    }
+    if (!ni && !says_not_active(ni.error()))
+      continue;  // the controller failing: its path fails over, the namespace is not judged gone
+    // This path no longer shows it; gone from the volume once no path does.
+    ns->on[p].nsid.store(0);
+    bool anywhere = false;
+    for (const auto& other : paths()) anywhere |= ns->on[static_cast<size_t>(other->index)].nsid.load() != 0;
+    if (anywhere || ns->removed.exchange(true)) continue;
+    {
+      std::lock_guard lock(known_mu_);
+      known_ns_.erase(id);
+    }
+    nvmeof::detail::log_warning("nvmeof: namespace %u of %s was removed: its I/O fails\n", id,
+                                opts_.connect.subnqn.c_str());
+    ev.kind = NamespaceEvent::Kind::removed;
+    engine.report(ev);
+  }
+  // Namespaces no volume is open on: a new one is reported, once.
+  if (all) {
+    auto list = ctrl->active_namespaces();
+    if (!list) return;
+    *changed = std::move(*list);
+  }
+  for (uint32_t id : *changed) {
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    auto ni = ctrl->identify_namespace(id);
+    const bool active = ni && ni->size_blocks != 0;
+    bool report = false;
+    {
+      std::lock_guard lock(known_mu_);
+      if (active) report = known_ns_.emplace(id, ni->size_blocks).second;
+      else if (ni || says_not_active(ni.error())) known_ns_.erase(id);
+    }
+    if (!report) continue;
+    nvmeof::detail::log_info("nvmeof: namespace %u of %s added\n", id, opts_.connect.subnqn.c_str());
+    NamespaceEvent ev;
+    ev.kind = NamespaceEvent::Kind::added;
+    ev.subnqn = opts_.connect.subnqn;
+    ev.nsid = id;
+    ev.size_blocks = ni->size_blocks;
+    ev.block_size = ni->block_size;
+    engine.report(ev);
+  }
 }
 
 void SubsystemPaths::request_ana_refresh() {
@@ -1059,19 +1179,19 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> ho
 
 const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_->info; }
 uint32_t Volume::block_size() const noexcept { return impl_->ns_->info.block_size; }
-uint64_t Volume::size_blocks() const noexcept { return impl_->ns_->info.size_blocks; }
+uint64_t Volume::size_blocks() const noexcept { return impl_->ns_->size_blocks.load(std::memory_order_relaxed); }
 
 namespace {
 // 0 or -EINVAL: the checks every submission passes before it reaches a lane.
 int check_io(const detail::VolumeImpl& v, const VolumeIo& io) noexcept {
   if (!io.done || !v.accepting_.load(std::memory_order_acquire)) return -EINVAL;
-  const NamespaceInfo& ns = v.ns_->info;
+  const uint64_t size = v.ns_->size_blocks.load(std::memory_order_relaxed);  // follows resizes
   const uint32_t per = v.ns_->max_blocks_per_cmd;
   switch (io.op) {
     case IoOp::read:
     case IoOp::write:
     case IoOp::write_zeroes:
-      if (io.nlb == 0 || io.slba >= ns.size_blocks || io.nlb > ns.size_blocks - io.slba) return -EINVAL;
+      if (io.nlb == 0 || io.slba >= size || io.nlb > size - io.slba) return -EINVAL;
       if (io.op != IoOp::write_zeroes && (!io.buf || (io.nlb + per - 1) / per > detail::kMaxPiecesPerIo))
         return -EINVAL;
       break;

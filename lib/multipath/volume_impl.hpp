@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -133,6 +134,12 @@ struct VolumeNs {
   uint32_t round_robin_ios = 1;
   std::vector<OnPath> on;  // one per path slot (kMaxPaths); never resized
   std::atomic<SelectorKind> selector{SelectorKind::service_time};
+  /// The namespace's size now (info.size_blocks is its size at open): a resize reported by the
+  /// controllers (refresh_namespaces) stores it; submit() bounds I/O by it. Any thread, relaxed.
+  std::atomic<uint64_t> size_blocks{0};
+  /// Gone from every path (the controllers reported it changed and no longer show it): its I/O
+  /// completes with Invalid Namespace. Cleared when a path shows it again.
+  std::atomic<bool> removed{false};
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> failed{0};
   /// Accepted by submit() and not completed yet (any thread): what closing the volume waits for.
@@ -481,6 +488,10 @@ class SubsystemPaths : public FailoverEnv {
   bool report_path_failure(int path, uint32_t generation, std::string cause, LossCause loss,
                            uint64_t detect_ns);
   void request_ana_refresh();
+  /// Path `path`'s controller reported a Namespace Attribute Changed event: reads its Changed
+  /// Namespace List and identifies those namespaces again (on the pool): a bound volume's
+  /// namespace resized or removed, an unknown one added, each reported to the engine once.
+  void request_namespace_refresh(int path);
 
   uint32_t attempts_per_io() const noexcept { return opts_.max_attempts; }
   uint64_t no_path_timeout_ns() const noexcept;
@@ -557,6 +568,7 @@ class SubsystemPaths : public FailoverEnv {
   /// starts each on its lane, waiting up to `timeout` for each.
   Result<void> attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout);
   void refresh_ana_now();
+  void refresh_namespaces(int path);
   void ana_poll();
   uint64_t anatt_ns_of(const SharedPath& sp) const noexcept;
   void watch_controller(int path);
@@ -579,6 +591,11 @@ class SubsystemPaths : public FailoverEnv {
   boost::asio::thread_pool& pool_{engine_of(*host_).pool};
   std::atomic<uint32_t> pool_tasks_{0};
   std::atomic<bool> ana_refresh_pending_{false};
+  // The subsystem's namespaces as the engine has reported them (NSID -> size in blocks, 0 while
+  // unknown): what refresh_namespaces compares against so that a change several controllers
+  // report is reported once. Filled at open from the active list. Pool tasks, under known_mu_.
+  std::mutex known_mu_;
+  std::map<uint32_t, uint64_t> known_ns_;
   std::atomic<bool> stopping_{false};
 };
 

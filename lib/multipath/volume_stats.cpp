@@ -69,6 +69,8 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
   auto& v = *this;
   VolumeStats s;
   s.ns = ns.info;
+  s.ns.size_blocks = ns.size_blocks.load(std::memory_order_relaxed);
+  s.namespace_removed = ns.removed.load(std::memory_order_relaxed);
   s.selector = ns.selector.load();
   s.completed = ns.completed.load();
   s.failed = ns.failed.load();
@@ -156,7 +158,7 @@ std::string to_json(const VolumeStats& s) {
   using nlohmann::json;
   json j;
   j["namespace"] = {{"nsid", s.ns.nsid}, {"id", s.ns.id.to_string()}, {"block_size", s.ns.block_size},
-                    {"size_blocks", s.ns.size_blocks}};
+                    {"size_blocks", s.ns.size_blocks}, {"state", s.namespace_removed ? "removed" : "active"}};
   j["selector"] = to_string(s.selector);
   j["completed"] = s.completed;
   j["failed"] = s.failed;

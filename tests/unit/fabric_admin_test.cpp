@@ -191,3 +191,39 @@ TEST_CASE("identify_namespace goes on without a descriptor list the controller r
   REQUIRE(a.sent.size() == 2);
   CHECK((a.sent[1].cdw10 & 0xff) == cns::kNamespaceDescriptors);
 }
+
+TEST_CASE("changed_namespaces reads the list up to its first 0, and 0xFFFFFFFF as every namespace") {
+  ScriptedAdmin a;
+  std::vector<uint8_t> page;
+  put<uint32_t>(page, 0, 3);
+  put<uint32_t>(page, 4, 7);
+  put<uint32_t>(page, 8, 0);
+  put<uint32_t>(page, 12, 9);  // past the end of the list: not read as an entry
+  a.logs[log_page::kChangedNamespaces] = page;
+  auto l = changed_namespaces(a);
+  REQUIRE(l);
+  CHECK(*l == std::vector<uint32_t>{3, 7});
+  REQUIRE(a.sent.size() == 1);
+  CHECK((a.sent[0].cdw10 & 0xff) == log_page::kChangedNamespaces);
+
+  // More than 1024 changed: the controller says so in the first entry.
+  a.logs[log_page::kChangedNamespaces] = {0xff, 0xff, 0xff, 0xff};
+  l = changed_namespaces(a);
+  REQUIRE(l);
+  CHECK(*l == std::vector<uint32_t>{kAllNamespacesChanged});
+
+  // A full list of 1024 entries (no 0 after it).
+  std::vector<uint8_t> full;
+  for (uint32_t i = 0; i < 1024; ++i) put<uint32_t>(full, i * 4, i + 1);
+  a.logs[log_page::kChangedNamespaces] = full;
+  l = changed_namespaces(a);
+  REQUIRE(l);
+  CHECK(l->size() == 1024);
+  CHECK(l->back() == 1024);
+
+  // Empty: nothing changed.
+  a.logs[log_page::kChangedNamespaces] = {};
+  l = changed_namespaces(a);
+  REQUIRE(l);
+  CHECK(l->empty());
+}
