@@ -118,6 +118,19 @@ struct NamespaceEvent {
 };
 const char* to_string(NamespaceEvent::Kind k) noexcept;
 
+/// A discovery controller the engine keeps connected (Host::add_discovery).
+struct HostDiscoveryStats {
+  std::string address;
+  bool connected = false;
+  bool referral = false;       ///< added because another discovery controller referred to it
+  uint64_t log_reads = 0;      ///< discovery log reads: at each connect and each change event
+  uint64_t change_events = 0;  ///< Discovery Log Page Change events it sent
+  uint64_t reconnects = 0;
+  uint64_t genctr = 0;         ///< the log's generation counter at its last read
+  uint32_t entries = 0;        ///< entries in that log
+  std::string last_error;      ///< why the last connect or read failed; "" while none did
+};
+
 struct HostStats {
   unsigned reactors = 0;
   /// Threads the engine runs: reactors, the control thread and the blocking-work pool.
@@ -131,6 +144,7 @@ struct HostStats {
   /// Times each reactor thread came back from a wait in its ring (a completion, a posted
   /// function, a submission, a timer): what an idle engine costs, counted.
   std::vector<uint64_t> reactor_wakeups;
+  std::vector<HostDiscoveryStats> discovery;  ///< persistent discovery controllers
 };
 
 class Host {
@@ -152,6 +166,21 @@ class Host {
   HostStats stats() const;
   /// The TCP port of HostOptions::metrics_listen (0 when it is empty).
   uint16_t metrics_port() const noexcept;
+  /// Persistent discovery: keeps a connection to the discovery controller at `addr` (keep-alive,
+  /// reconnect with backoff), reads its log at each connect and at each Discovery Log Page
+  /// Change event, follows its referrals, and applies the logs to every open subsystem they
+  /// list: a port listed for it becomes a path of its volumes (TCP ports chosen by TREQ/TSAS as
+  /// Volume::open_discovered does), a listed port that no discovery controller lists any more is
+  /// removed (Volume::remove_path). Ports several discovery controllers list are one path.
+  /// Paths the application gave itself and no log ever listed are left alone. `opts`: the host
+  /// identity, keys and TLS for the discovery connection (subnqn is ignored); its keep-alive
+  /// (kato_ms, 4 s when left at its default) detects a lost discovery controller. Returns at
+  /// once: it connects in the background (HostStats::discovery shows how it goes). EEXIST when
+  /// already watched, EDEADLK from a reactor thread.
+  Result<void> add_discovery(const TransportAddress& addr, const ConnectOptions& opts = {});
+  /// Stops watching it (and what it referred to); the paths it gave stay. ENOENT when not
+  /// watched.
+  Result<void> remove_discovery(const TransportAddress& addr);
   /// Namespace changes the controllers of its subsystems reported since the last call, oldest
   /// first (the newest 1024 are kept). Any thread.
   std::vector<NamespaceEvent> take_namespace_events();

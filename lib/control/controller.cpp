@@ -38,6 +38,7 @@ constexpr uint32_t kCstsCfs = 2u;
 constexpr uint8_t kCntrltypeDiscovery = 3;
 constexpr uint32_t kAenNsAttrChanged = 1u << 8;
 constexpr uint32_t kAenAnaChange = 1u << 11;
+constexpr uint32_t kAenDiscoveryLogChange = 1u << 31;
 // Connect asks for this when the caller wants the shortest KATO: KAS is not known before
 // Identify, and every controller accepts a second.
 constexpr uint32_t kProvisionalKatoMs = 1000;
@@ -734,6 +735,11 @@ Result<std::shared_ptr<Controller>> Controller::connect(ControlPlane& plane,
     impl->granted = std::min({want, nsqa, ncqa});
     // Best effort: a controller without these events still works, it just never reports them.
     prep_set_features(c, feature::kAsyncEventConfig, kAenNsAttrChanged | kAenAnaChange);
+    (void)impl->execute(c, nullptr, 0);
+  } else {
+    // Best effort too: a discovery controller that can tell us its log changed (persistent
+    // discovery listens for it) turns it on; one that cannot refuses, and is polled instead.
+    prep_set_features(c, feature::kAsyncEventConfig, kAenDiscoveryLogChange);
     (void)impl->execute(c, nullptr, 0);
   }
   // KATO at the controller's granularity: the shortest when asked for, else rounded up as the

@@ -15,6 +15,7 @@
 #include "core/log.hpp"
 #include "core/node_memory.hpp"
 #include "core/spin_governor.hpp"
+#include "multipath/discovery.hpp"
 #include "multipath/engine.hpp"
 #include "multipath/observers.hpp"
 #include "multipath/volume_impl.hpp"
@@ -283,6 +284,7 @@ namespace nvmeof {
 Engine::Engine() = default;
 
 Engine::~Engine() {
+  stop_discovery();   // its connections use the control plane and the pool
   observers.reset();  // no scrape reads the engine after this
   // Pool work may still post to the control loop; it finishes first, then the reactors.
   pool.join();
@@ -384,6 +386,10 @@ HostStats Host::stats() const {
   for (const auto& r : e.reactors) {
     s.reactor_cpu_ns.push_back(r->cpu_ns());
     s.reactor_wakeups.push_back(r->wakeups());
+  }
+  {
+    std::lock_guard lock(e.discovery_mu);
+    for (const auto& [key, w] : e.discoveries) s.discovery.push_back(w->stats());
   }
   return s;
 }

@@ -80,6 +80,7 @@ class EngineReactor {
 };
 
 class SubsystemPaths;
+class DiscoveryWatcher;
 
 }  // namespace nvmeof::detail
 
@@ -122,6 +123,16 @@ struct NVMEOF_LOCAL Engine final : Host {
   std::shared_ptr<std::function<void(const NamespaceEvent&)>> ns_callback;
   static constexpr size_t kMaxNamespaceEvents = 1024;
   void report(NamespaceEvent e);
+  // Persistent discovery (multipath/discovery.hpp): the watched discovery controllers by
+  // address (discovery_mu), and apply_discovery(), which a watcher calls after each log read
+  // (serialised by apply_mu: it compares every log with every subsystem's paths).
+  mutable std::mutex discovery_mu;
+  std::map<std::string, std::shared_ptr<detail::DiscoveryWatcher>> discoveries;
+  std::mutex apply_mu;
+  void apply_discovery();
+  /// Watches `addr` for a referral `depth` levels deep (nothing when already watched).
+  void add_referral(const TransportAddress& addr, const ConnectOptions& co, int depth);
+  void stop_discovery();
 
   Engine();  // out of line: Observers is complete only there
   ~Engine() override;

@@ -10,6 +10,7 @@
 #include <future>
 
 #include "multipath/engine_internal.hpp"
+#include "multipath/discovery.hpp"
 #include "multipath/volume_impl.hpp"
 #include "multipath/volume_io_state.hpp"
 #include "core/log.hpp"
@@ -1050,6 +1051,38 @@ void SubsystemPaths::removed(int path) {
   for (auto& f : waiters) f();
 }
 
+void SubsystemPaths::apply_discovered(const std::vector<DiscoveryEntry>& entries) {
+  if (stopping_.load()) return;
+  const auto listed = usable_ports(entries, opts_.connect.subnqn, opts_.connect);
+  std::vector<std::string> now;
+  for (const auto& a : listed) now.push_back(a.to_string());
+  const auto slots = paths();
+  for (const auto& a : listed) {
+    const bool known = std::any_of(slots.begin(), slots.end(), [&](const auto& sp) {
+      return same_address(sp->addr, a) && sp->state.load() != PathState::removed;
+    });
+    if (known) continue;
+    nvmeof::detail::log_info("nvmeof: discovery lists %s for %s: adding the path\n", a.to_string().c_str(),
+                             opts_.connect.subnqn.c_str());
+    if (auto r = add_path(a); !r)
+      nvmeof::detail::log_warning("nvmeof: path %s: %s\n", a.to_string().c_str(), r.message().c_str());
+  }
+  for (const auto& sp : paths()) {
+    const std::string addr = sp->addr.to_string();
+    if (sp->state.load() == PathState::removed) continue;
+    const bool listed_now = std::find(now.begin(), now.end(), addr) != now.end();
+    const bool listed_before = std::find(discovered_.begin(), discovered_.end(), addr) != discovered_.end();
+    if (listed_now || !listed_before) continue;
+    nvmeof::detail::log_info("nvmeof: discovery no longer lists %s for %s: removing the path\n", addr.c_str(),
+                             opts_.connect.subnqn.c_str());
+    // Not waited for here: its drain (or fence) ends on the control thread.
+    boost::asio::post(ctx_, [this, i = sp->index] { start_remove(i, {}); });
+  }
+  for (auto& a : now)
+    if (std::find(discovered_.begin(), discovered_.end(), a) == discovered_.end()) discovered_.push_back(a);
+  std::erase_if(discovered_, [&](const std::string& a) { return std::find(now.begin(), now.end(), a) == now.end(); });
+}
+
 Lane* SubsystemPaths::lane_for_submit() noexcept {
   for (auto& l : lanes_)
     if (l->on_lane_thread()) return l.get();
@@ -1137,8 +1170,6 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> ho
   co.subnqn = kDiscoveryNqn;
   co.kato_ms = 0;
   auto ctrl = Controller::connect(cp, discovery, co);
-  const bool tls = opts.connect.tls == TlsUse::on ||
-                   (opts.connect.tls == TlsUse::when_keyed && !opts.connect.tls_psk.empty());
   if (!ctrl && ctrl.error() == make_error_code(Errc::tls_not_offered) &&
       opts.connect.tls == TlsUse::when_keyed) {
     co.tls = TlsUse::off;  // a plaintext discovery port may still list TLS ports
@@ -1148,30 +1179,15 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> ho
   auto log = (*ctrl)->discovery_log();
   (*ctrl)->disconnect();
   if (!log) return log.error();
-  opts.paths.clear();
   // The secure channel is one choice for every path: with a key, the ports that offer TLS 1.3;
   // without, the ports that do not require it.
-  constexpr uint8_t kTreqRequired = 1, kTreqChannelMask = 3, kSectypeTls13 = 2;
   size_t need_tls = 0, no_tls = 0;
-  for (const auto& e : log->entries) {
-    if (e.subnqn != opts.connect.subnqn || e.trtype != 3) continue;  // TCP entries of our subsystem
-    if (tls && e.sectype != kSectypeTls13) {
-      ++no_tls;
-      nvmeof::detail::log_warning("nvmeof: discovery: %s:%s skipped: it does not offer TLS 1.3 (SECTYPE %u)\n",
-                                  e.traddr.c_str(), e.trsvcid.c_str(), unsigned{e.sectype});
-      continue;
-    }
-    if (!tls && (e.treq & kTreqChannelMask) == kTreqRequired) {
-      ++need_tls;
-      nvmeof::detail::log_warning("nvmeof: discovery: %s:%s skipped: it requires TLS and no tls_psk is set\n",
-                          e.traddr.c_str(), e.trsvcid.c_str());
-      continue;
-    }
-    TransportAddress a;
-    a.traddr = e.traddr;
-    a.trsvcid = e.trsvcid;
-    opts.paths.push_back(a);
-  }
+  opts.paths = detail::usable_ports(log->entries, opts.connect.subnqn, opts.connect, &need_tls, &no_tls);
+  if (no_tls)
+    nvmeof::detail::log_warning("nvmeof: discovery: %zu port(s) skipped: they do not offer TLS 1.3\n", no_tls);
+  if (need_tls)
+    nvmeof::detail::log_warning("nvmeof: discovery: %zu port(s) skipped: they require TLS and no tls_psk is set\n",
+                                need_tls);
   if (opts.paths.empty())
     return need_tls ? Errc::tls_required : no_tls ? Errc::tls_not_offered : Errc::no_path;
   return open(std::move(host), opts);

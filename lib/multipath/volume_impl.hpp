@@ -481,6 +481,10 @@ class SubsystemPaths : public FailoverEnv {
   void start_remove(int path, std::function<void()> done);
   /// A lane finished draining `path` (posts to the control thread).
   void lane_drained(int path);
+  /// Persistent discovery (Engine::apply_discovery, under its apply_mu): `entries` are every
+  /// watched discovery log's. The ports they list for this subsystem (usable_ports) that are not
+  /// paths become paths; a path a log listed before and none lists now is removed.
+  void apply_discovered(const std::vector<DiscoveryEntry>& entries);
 
   // Control-thread events (any thread may call; they post to the control context).
   /// False when `generation` is not the published one: stale, or not yet published (a queue pair
@@ -596,6 +600,9 @@ class SubsystemPaths : public FailoverEnv {
   // report is reported once. Filled at open from the active list. Pool tasks, under known_mu_.
   std::mutex known_mu_;
   std::map<uint32_t, uint64_t> known_ns_;
+  // The paths a discovery log has listed (their addresses), so that only those are removed when
+  // no log lists them any more. Engine::apply_mu.
+  std::vector<std::string> discovered_;
   std::atomic<bool> stopping_{false};
 };
 
