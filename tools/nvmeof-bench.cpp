@@ -317,6 +317,10 @@ int main(int argc, char** argv) {
     const VolumeStats found = volume->stats();
     for (const PathStats& p : found.paths) report.addresses.push_back(p.address);
     say("discovered " + std::to_string(found.paths.size()) + " path(s) of " + o.nqn + " at " + o.discover);
+    // Persistent discovery: the run follows what the discovery controller lists from now on.
+    if (auto w = volume->host()->add_discovery(*TransportAddress::parse(o.discover), vo.connect); !w)
+      std::fprintf(stderr, "nvmeof-bench: --discover %s: cannot keep watching it: %s\n", o.discover.c_str(),
+                   w.message().c_str());
     if (o.has_faults() && o.max_fault_path() >= found.paths.size()) {
       std::fprintf(stderr, "nvmeof-bench: %s path %u: the discovery controller listed %zu path(s)\n",
                    o.has_fault_script() ? "--fault-script" : "--fail-path", o.max_fault_path(), found.paths.size());

@@ -218,6 +218,23 @@ typedef struct nvmeof_host_stats {
  * smaller than this header's, -ECHILD in a forked child. */
 NVMEOF_API int nvmeof_host_stats_get(const nvmeof_host* host, nvmeof_host_stats* stats);
 
+/* Persistent discovery (C++: Host::add_discovery): the host keeps a connection to the discovery
+ * controller at `addr`, reads its log at each connect and each change event, and applies it to
+ * its open volumes: a port listed for a volume's subsystem becomes a path, one no longer listed
+ * is removed. `opts` gives the host NQN, keys and TLS of the discovery connection (its subnqn and
+ * the rest are not used); NULL: the defaults. Returns at once (it connects in the background).
+ * -EEXIST watched already, -EINVAL a bad address or options; nvmeof_last_error() says why.
+ * nvmeof_host_remove_discovery stops watching it (-ENOENT when not watched). */
+NVMEOF_API int nvmeof_host_add_discovery(nvmeof_host* host, const char* addr, const nvmeof_volume_options* opts);
+NVMEOF_API int nvmeof_host_remove_discovery(nvmeof_host* host, const char* addr);
+/* The namespace changes the host's controllers reported since the last call (added, resized,
+ * removed; C++: Host::take_namespace_events), as a JSON array of objects {"kind", "subnqn",
+ * "nsid", "size_blocks", "block_size"}; *out is freed with nvmeof_string_free(). And its
+ * persistent discovery controllers as a JSON array ({"address", "connected", "log_reads",
+ * "change_events", "reconnects", "genctr", "entries", "last_error"}). */
+NVMEOF_API int nvmeof_host_namespace_events_json(nvmeof_host* host, char** out);
+NVMEOF_API int nvmeof_host_discovery_json(const nvmeof_host* host, char** out);
+
 /* As nvmeof_volume_open(), on `host`: the volume's I/O runs on its reactors and the volume holds
  * it until closed. opts->reactors is not used (the host's own options hold). Any thread but a
  * reactor's. Errors as nvmeof_volume_open(), and -EINVAL for a NULL host or a passthrough path

@@ -270,8 +270,12 @@ class Volume {
   /// each reactor's node, placement().reactors[i].node). Returns as submit().
   int submit(VolumeIo& io, unsigned reactor) noexcept;
 
-  /// The placement plan, computed once at open. Any thread.
+  /// The placement plan, computed once at open (a path added later is placed when added and is
+  /// not in it). Any thread.
   const Placement& placement() const noexcept;
+  /// The engine the volume runs on (the shared one for Volume::open(opts)): for
+  /// Host::add_discovery, the engine's stats and namespace events.
+  std::shared_ptr<Host> host() const noexcept;
 
   /// Adds a path at run time: a controller of the same subsystem at `addr`. It connects in the
   /// background (reconnecting with backoff while it cannot) and takes its share of the I/O once

@@ -9,6 +9,8 @@
 // ring empty), so a busy consumer costs no syscalls per I/O.
 #include "nvmeof/nvmeof.h"
 
+#include <nlohmann/json.hpp>
+
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -636,6 +638,85 @@ int nvmeof_flush(nvmeof_volume* v, nvmeof_status* st) {
   Slot* s = nullptr;
   if (int rc = start(v, IoOp::flush, nullptr, 0, 0, 0, &s)) return rc;
   return wait_sync(v, s, st);
+}
+
+namespace {
+// A string handed to C (nvmeof_string_free).
+int give_string(const std::string& j, char** out) {
+  char* p = static_cast<char*>(std::malloc(j.size() + 1));
+  if (!p) return -ENOMEM;
+  std::memcpy(p, j.c_str(), j.size() + 1);
+  *out = p;
+  return 0;
+}
+}  // namespace
+
+int nvmeof_host_add_discovery(nvmeof_host* h, const char* addr, const nvmeof_volume_options* o) {
+  if (int rc = check_host(h)) return rc;
+  if (!addr) return -EINVAL;
+  try {
+    auto a = TransportAddress::parse(addr);
+    if (!a) return bad_address(addr, a.error());
+    ConnectOptions co;
+    if (o) {
+      if (o->struct_size < sizeof(nvmeof_volume_options)) return -EINVAL;
+      if (o->hostnqn) co.hostnqn = o->hostnqn;
+      if (o->dhchap_secret) co.dhchap_secret = o->dhchap_secret;
+      if (o->dhchap_ctrl_secret) co.dhchap_ctrl_secret = o->dhchap_ctrl_secret;
+      if (o->tls_psk) co.tls_psk = o->tls_psk;
+      if (o->tls == NVMEOF_TLS_OFF) co.tls = TlsUse::off;
+      else if (o->tls == NVMEOF_TLS_ON) co.tls = TlsUse::on;
+      else if (o->tls != NVMEOF_TLS_WHEN_KEYED) return -EINVAL;
+    }
+    auto r = h->host->add_discovery(*a, co);
+    return r ? 0 : errno_of(r.failure());
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+int nvmeof_host_remove_discovery(nvmeof_host* h, const char* addr) {
+  if (int rc = check_host(h)) return rc;
+  if (!addr) return -EINVAL;
+  try {
+    auto a = TransportAddress::parse(addr);
+    if (!a) return bad_address(addr, a.error());
+    auto r = h->host->remove_discovery(*a);
+    return r ? 0 : errno_of(r.failure());
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+int nvmeof_host_namespace_events_json(nvmeof_host* h, char** out) {
+  if (!out) return -EINVAL;
+  *out = nullptr;
+  if (int rc = check_host(h)) return rc;
+  try {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : h->host->take_namespace_events())
+      j.push_back({{"kind", to_string(e.kind)}, {"subnqn", e.subnqn}, {"nsid", e.nsid},
+                   {"size_blocks", e.size_blocks}, {"block_size", e.block_size}});
+    return give_string(j.dump(), out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+}
+
+int nvmeof_host_discovery_json(const nvmeof_host* h, char** out) {
+  if (!out) return -EINVAL;
+  *out = nullptr;
+  if (int rc = check_host(h)) return rc;
+  try {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& d : h->host->stats().discovery)
+      j.push_back({{"address", d.address}, {"connected", d.connected}, {"referral", d.referral},
+                   {"log_reads", d.log_reads}, {"change_events", d.change_events}, {"reconnects", d.reconnects},
+                   {"genctr", d.genctr}, {"entries", d.entries}, {"last_error", d.last_error}});
+    return give_string(j.dump(), out);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
 }
 
 int nvmeof_volume_add_path(nvmeof_volume* v, const char* addr) {

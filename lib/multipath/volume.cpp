@@ -1256,6 +1256,8 @@ void Volume::set_selector(SelectorKind k) noexcept { impl_->ns_->selector.store(
 
 Result<int> Volume::add_path(const TransportAddress& addr) { return impl_->sub_->add_path(addr); }
 
+std::shared_ptr<Host> Volume::host() const noexcept { return impl_->sub_->host_; }
+
 Result<void> Volume::remove_path(const TransportAddress& addr) { return impl_->sub_->remove_path(addr); }
 
 unsigned Volume::usable_paths() const noexcept {

@@ -231,6 +231,27 @@ class Host:
         share its controllers)."""
         return self._core().stats()
 
+    def add_discovery(self, addr: str, hostnqn: Optional[str] = None) -> None:
+        """Persistent discovery: keeps a connection to the discovery controller at `addr`, reads
+        its log at each connect and change event, and applies it to the volumes open on this host:
+        a port listed for a volume's subsystem becomes a path, one no longer listed is removed.
+        Returns at once. FileExistsError when it is watched already."""
+        self._core().add_discovery(addr, hostnqn or "")
+
+    def remove_discovery(self, addr: str) -> None:
+        """Stops watching a discovery controller. FileNotFoundError when it is not watched."""
+        self._core().remove_discovery(addr)
+
+    def discovery(self) -> list:
+        """The discovery controllers it watches: address, connected, log_reads, change_events,
+        reconnects, genctr, entries, last_error."""
+        return json.loads(self._core().discovery_json())
+
+    def namespace_events(self) -> list:
+        """Namespace changes its controllers reported since the last call, oldest first: dicts
+        with kind ("added", "resized", "removed"), subnqn, nsid, size_blocks, block_size."""
+        return json.loads(self._core().namespace_events_json())
+
     @property
     def reactors(self) -> int:
         return self.stats()["reactors"]

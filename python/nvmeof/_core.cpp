@@ -111,7 +111,46 @@ class PyHost {
     return d;
   }
 
+  // Persistent discovery; the errno's text is the C API's reason (nvmeof_last_error).
+  void add_discovery(const std::string& addr, const std::string& hostnqn) {
+    nvmeof_volume_options o;
+    nvmeof_volume_options_init(&o);
+    if (!hostnqn.empty()) o.hostnqn = hostnqn.c_str();
+    nvmeof_host* h = get();
+    int rc;
+    std::string why;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_host_add_discovery(h, addr.c_str(), &o);
+      if (rc < 0) why = nvmeof_last_error();
+    }
+    if (rc < 0) raise_errno(rc, "nvmeof: add_discovery " + addr + (why.empty() ? "" : " (" + why + ")"));
+  }
+  void remove_discovery(const std::string& addr) {
+    nvmeof_host* h = get();
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = nvmeof_host_remove_discovery(h, addr.c_str());
+    }
+    if (rc < 0) raise_errno(rc, "nvmeof: remove_discovery " + addr);
+  }
+  // JSON texts (parsed by nvmeof/__init__.py).
+  std::string namespace_events_json() { return take_json(nvmeof_host_namespace_events_json); }
+  std::string discovery_json() {
+    return take_json([](nvmeof_host* h, char** out) { return nvmeof_host_discovery_json(h, out); });
+  }
+
  private:
+  template <class F>
+  std::string take_json(F fn) {
+    char* s = nullptr;
+    const int rc = fn(get(), &s);
+    if (rc) raise_errno(rc, "nvmeof: host");
+    std::string out(s);
+    nvmeof_string_free(s);
+    return out;
+  }
   nvmeof_host* host_ = nullptr;
 };
 
@@ -476,7 +515,11 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&, const std::string&>())
       .def("close", &PyHost::close)
       .def("metrics_port", &PyHost::metrics_port)
-      .def("stats", &PyHost::stats);
+      .def("stats", &PyHost::stats)
+      .def("add_discovery", &PyHost::add_discovery)
+      .def("remove_discovery", &PyHost::remove_discovery)
+      .def("namespace_events_json", &PyHost::namespace_events_json)
+      .def("discovery_json", &PyHost::discovery_json);
 
   py::class_<PyVolume>(m, "Volume")
       .def(py::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t,

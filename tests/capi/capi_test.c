@@ -502,6 +502,33 @@ static void test_runtime_paths(const char* addr, const char* nqn) {
   CHECK(nvmeof_volume_close(vol) == 0);
 }
 
+/* Persistent discovery on a host: watched once, listed, its events empty, stopped; bad input. */
+static void test_discovery(const char* addr) {
+  nvmeof_host_options ho;
+  nvmeof_host_options_init(&ho);
+  nvmeof_host* h = NULL;
+  REQUIRE(nvmeof_host_create(&ho, &h) == 0);
+  CHECK(nvmeof_host_add_discovery(h, addr, NULL) == 0);
+  CHECK(nvmeof_host_add_discovery(h, addr, NULL) == -EEXIST);
+  CHECK(nvmeof_host_add_discovery(h, "not an address:x", NULL) == -EINVAL);
+  CHECK(nvmeof_host_add_discovery(NULL, addr, NULL) == -EINVAL);
+  char* j = NULL;
+  int connected = 0;
+  for (int i = 0; i < 2000 && !connected; ++i) { /* bounded: 20 s */
+    REQUIRE(nvmeof_host_discovery_json(h, &j) == 0);
+    connected = strstr(j, "\"connected\":true") != NULL && strstr(j, "\"log_reads\":0") == NULL;
+    nvmeof_string_free(j);
+    if (!connected) poll(NULL, 0, 10);
+  }
+  CHECK(connected);
+  REQUIRE(nvmeof_host_namespace_events_json(h, &j) == 0);
+  CHECK(strcmp(j, "[]") == 0);
+  nvmeof_string_free(j);
+  CHECK(nvmeof_host_remove_discovery(h, addr) == 0);
+  CHECK(nvmeof_host_remove_discovery(h, addr) == -ENOENT);
+  CHECK(nvmeof_host_close(h) == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
@@ -514,6 +541,7 @@ int main(int argc, char** argv) {
   test_refused_connect(argv[1]);
   test_host(argv[1], argv[2]);
   test_runtime_paths(argv[1], argv[2]);
+  test_discovery(argv[1]);
   if (failures) {
     fprintf(stderr, "capi-test: %d checks failed\n", failures);
     return 1;

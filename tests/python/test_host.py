@@ -191,3 +191,34 @@ def test_host_metrics_one_sample_per_controller(target2):
             assert ios >= 2  # the two writes, counted by the controllers that carried them
     with nvmeof.Host() as plain:
         assert plain.metrics_port == 0
+
+
+def test_persistent_discovery(target2):
+    """A watched discovery controller's ports become paths of a volume opened over one of them;
+    the host lists it, refuses it twice, and stops watching it."""
+    import time
+
+    first, second = target2.addresses
+    with nvmeof.Host() as h:
+        v = nvmeof.Volume([first], nqn=target2.nqn, io_deadline=2.0, no_path_timeout=10.0, host=h)
+        try:
+            h.add_discovery(second)
+            with pytest.raises(FileExistsError):
+                h.add_discovery(second)
+            until = time.monotonic() + 20.0
+            while time.monotonic() < until and len(v.stats()["paths"]) < 2:
+                time.sleep(0.01)
+            assert sorted(p["address"].split("//")[-1] for p in v.stats()["paths"]) == sorted([first, second])
+            d = h.discovery()
+            assert len(d) == 1 and d[0]["connected"] and d[0]["log_reads"] >= 1
+            v.pwrite(pattern(BS, 8), 8 * BS)
+            buf = bytearray(BS)
+            v.pread(buf, 8 * BS)
+            assert buf == pattern(BS, 8)
+            assert h.namespace_events() == []
+            h.remove_discovery(second)
+            with pytest.raises(FileNotFoundError):
+                h.remove_discovery(second)
+            assert h.discovery() == []
+        finally:
+            v.close()

@@ -255,7 +255,9 @@ ParsedArgs parse_args(int argc, char** argv) {
       "control socket of an external nvmeof-target (its --control PATH): --fail-path and --fault-script "
       "faults go there");
   auto* discover = app.add_option("--discover", o.discover,
-                                  "ADDR:PORT of a discovery controller: open every path it lists for --nqn");
+                                  "ADDR:PORT of a discovery controller: open every path it lists for --nqn, and "
+                                  "keep watching it: a port it lists later becomes a path, one it stops listing is "
+                                  "removed (persistent discovery)");
   discover->excludes(target)->excludes(embedded);
   app.add_option("--tls-psk", o.tls_psk,
                  "NVMe/TCP TLS 1.3 with this PSK (NVMeTLSkey-1:0X:...:, as nvme gen-tls-key prints "
