@@ -92,7 +92,10 @@ bool parse_live_volume(const nlohmann::json& r, const std::string& socket, LiveV
   v.volume = get_or(r, "volume", 0u);
   v.nqn = get_or(r, "nqn", std::string());
   v.subsystem = get_or(r, "subsystem", int64_t{-1});
-  if (s.contains("namespace")) v.nsid = get_or(s["namespace"], "nsid", 0u);
+  if (s.contains("namespace")) {
+    v.nsid = get_or(s["namespace"], "nsid", 0u);
+    v.ns_removed = get_or(s["namespace"], "state", std::string("active")) == "removed";
+  }
   v.uptime_s = get_or(r, "uptime_s", 0.0);
   v.selector = get_or(s, "selector", std::string());
   v.completed = get_or(s, "completed", uint64_t{0});
@@ -265,9 +268,10 @@ std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolu
       std::string ana;
       for (const auto& p : v->paths)
         ana += (ana.empty() ? "" : ", ") + ("path" + std::to_string(p.index)) + " " + p.ana_state;
-      out += fmt("    %s nsid %u iopolicy=%s completed %llu failed %llu ana %s\n", v->name().c_str(), v->nsid,
-                 v->selector.c_str(), static_cast<unsigned long long>(v->completed),
-                 static_cast<unsigned long long>(v->failed), ana.c_str());
+      out += fmt("    %s nsid %u%s iopolicy=%s completed %llu failed %llu ana %s\n", v->name().c_str(), v->nsid,
+                 v->ns_removed ? " (namespace removed)" : "", v->selector.c_str(),
+                 static_cast<unsigned long long>(v->completed), static_cast<unsigned long long>(v->failed),
+                 ana.c_str());
       out += "      socket=" + v->socket + "\n";
     }
     if (!first.last_failover.empty())
@@ -324,6 +328,7 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                         {"volume", v.volume},
                         {"subsystem", v.subsystem},
                         {"nsid", v.nsid},
+                        {"namespace_state", v.ns_removed ? "removed" : "active"},
                         {"socket", v.socket},
                         {"completed", v.completed},
                         {"failed", v.failed},
@@ -392,6 +397,8 @@ std::string render_top(const std::vector<LiveVolume>& now, const std::vector<Liv
                  ("path" + std::to_string(p.index)).c_str(), rs, ws, ms, p.p50_us, p.p99_us, p.outstanding);
     }
     if (!v.last_failover.empty()) out += fmt("  %s last failover: %s\n", group_name(v).c_str(), v.last_failover.c_str());
+    for (const LiveVolume* r : g)
+      if (r->ns_removed) out += fmt("  %s nsid %u: namespace removed\n", group_name(v).c_str(), r->nsid);
   }
   if (now.empty()) out += "(no live volumes)\n";
   return out;

@@ -37,6 +37,7 @@ struct LiveVolume {
   uint32_t volume = 0;
   int64_t subsystem = -1;
   uint32_t nsid = 0;
+  bool ns_removed = false;  ///< the controllers reported its namespace gone from every path
   std::string socket;
   std::string nqn;
   std::string selector;
