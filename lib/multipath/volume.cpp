@@ -778,7 +778,8 @@ void SubsystemPaths::refresh_namespaces(int path) {
     // This path no longer shows it; gone from the volume once no path does.
     ns->on[p].nsid.store(0);
     bool anywhere = false;
-    for (const auto& other : paths()) anywhere |= ns->on[static_cast<size_t>(other->index)].nsid.load() != 0;
+    for (const auto& other : paths())
+      anywhere |= other->state.load() != PathState::removed && ns->on[static_cast<size_t>(other->index)].nsid.load() != 0;
     if (anywhere || ns->removed.exchange(true)) continue;
     {
       std::lock_guard lock(known_mu_);
@@ -1032,6 +1033,8 @@ void SubsystemPaths::removed(int path) {
   auto& sp = *paths_[static_cast<size_t>(path)];
   sp.state.store(PathState::removed, std::memory_order_release);
   sp.drain_waiting = 0;
+  // No volume has its namespace there any more (added back, the path looks for it again).
+  for (const auto& ns : bound()) ns->on[static_cast<size_t>(path)].nsid.store(0);
   // Nothing of it can execute any more (drained, fenced, or never used): close what is left,
   // its queue pairs on the lanes (a connect that ended after the removal left some) and its
   // controller.
