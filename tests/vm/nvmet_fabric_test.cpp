@@ -16,7 +16,9 @@
 //      end reads back; the engine reports one resize;
 //   5. namespace 2 disabled: its volume's I/O completes with Invalid Namespace, its stats say
 //      removed, the engine reports the removal, and namespace 1's volume keeps completing
-//      verified I/O on the same controllers.
+//      verified I/O on the same controllers;
+//   6. referrals in a loop (40 -> 41 -> 40) and one to a port nothing serves: each address is
+//      watched once, the new one followed as a referral, no path made of them.
 // Set-up from the script's environment: FAB_NQN, FAB_ADDR40/41/42, FAB_FILE_PREFIX, NVMET.
 #include <catch2/catch.hpp>
 
@@ -219,7 +221,26 @@ TEST_CASE("paths and namespaces change under running volumes", "[fabric]") {
   INFO(w1.first_error());
   CHECK(w1.errors() == 0);
   CHECK(w1.mismatches() == 0);
+  // 6. Referrals, a loop among them: port 40 refers to 41 and to a port nothing serves, 41 back
+  // to 40. Each address is watched once; the new one is followed (and retried: nothing there).
+  auto referral = [&](int port, const std::string& name, const std::string& addr, const std::string& svc) {
+    const fs::path r = nvmet() / "ports" / std::to_string(port) / "referrals" / name;
+    REQUIRE(fs::create_directory(r));
+    write_attr(r / "addr_trtype", "tcp");
+    write_attr(r / "addr_adrfam", "ipv4");
+    write_attr(r / "addr_traddr", addr);
+    write_attr(r / "addr_trsvcid", svc);
+    write_attr(r / "enable", "1");
+  };
+  referral(40, "to41", "127.0.0.2", "4441");
+  referral(41, "to40", "127.0.0.1", "4440");
+  referral(40, "nowhere", "127.0.0.4", "4443");
+  REQUIRE(wait_until([&] { return host->stats().discovery.size() == 4; }, kBound));
   const HostStats hs = host->stats();
+  size_t referred = 0;
+  for (const auto& d : hs.discovery) referred += d.referral;
+  CHECK(referred == 1);
+  CHECK(v1.stats().paths.size() == 2);  // a referral is not a path
   for (const auto& d : hs.discovery)
     std::printf("nvmet_fabric_test: discovery %s: %s, %llu log reads, %llu change events, %llu reconnects\n",
                 d.address.c_str(), d.connected ? "connected" : "not connected",
