@@ -150,7 +150,10 @@ std::vector<FaultSummary> fault_summaries(const BenchReport& r) {
       if (e.path != static_cast<int>(a.step.path) || e.detect_ns >= a.applied_ns) continue;
       if (e.reconnected_us < 0 || e.detect_ns + static_cast<uint64_t>(e.reconnected_us) * 1000 > a.applied_ns) down = &e;
     }
-    if (f.failover == nullptr) {
+    const bool path_change = a.step.action == FaultArg::remove_path || a.step.action == FaultArg::add_path;
+    if (f.failover == nullptr && path_change && a.delivered) {
+      f.reason = no_failover_hint(a.step.action);  // a change of the volume's paths, not a fault
+    } else if (f.failover == nullptr) {
       if (!a.delivered) {
         f.reason = "not delivered: " + a.error;
       } else if (down != nullptr) {
