@@ -323,6 +323,34 @@ class Target {
   /// (writes already held still run their course).
   void clear_faults(size_t port);
 
+  // -- the fabric changing under its hosts --
+  /// Adds a port and starts serving on it; returns its index (ports are never renumbered: a
+  /// removed one keeps its index). The discovery log gains its entries (GENCTR moves) and every
+  /// discovery controller whose host enabled Discovery Log Page Change notices gets one.
+  /// Errors: invalid_argument (a bad ANA state or TLS key, 64 ports used), errno codes of
+  /// bind/listen (EADDRINUSE, EADDRNOTAVAIL).
+  Result<size_t> add_port(const TargetPort& port);
+  /// Removes port `port`: it stops listening and closes its connections (the controllers
+  /// reached through it end, as with a pulled cable whose FIN got through), and leaves the
+  /// discovery log, with the same notice. Errors: invalid_argument for a port that does not
+  /// exist or is removed already.
+  Result<void> remove_port(size_t port);
+  /// Attaches namespace `ns` to subsystem `nqn`, or detaches namespace `nsid` (new commands to
+  /// it complete with Invalid Namespace, those running finish), or grows or shrinks one to
+  /// `size_bytes` (the data below both sizes is kept; commands past the new end complete with
+  /// LBA Out of Range). Each change puts the NSID in the Changed Namespace List log of every
+  /// controller of the subsystem and sends those whose host enabled Namespace Attribute notices
+  /// a Namespace Attribute Changed event (one until the host reads the log). Errors:
+  /// invalid_argument (an unknown subsystem or NSID, an NSID in use, a size of 0 or not a
+  /// multiple of the block size), errno codes from the backing store.
+  Result<void> attach_namespace(const std::string& nqn, const TargetNamespace& ns);
+  Result<void> detach_namespace(const std::string& nqn, uint32_t nsid);
+  Result<void> resize_namespace(const std::string& nqn, uint32_t nsid, uint64_t size_bytes);
+  /// Ports, the removed ones included (their indexes stay).
+  size_t port_count() const;
+  /// Whether port `port` is removed.
+  bool port_removed(size_t port) const;
+
   /// Counters of port `port` since start (relaxed snapshots).
   PortStats stats(size_t port) const;
   /// Every port's counters summed (live_connections included).

@@ -81,18 +81,29 @@ AdminResult identify(const AdminContext& ctx, const Sqe& c, std::vector<uint8_t>
 }
 
 // `offset`/`len`: the part the host asked for (the CCR log's RMC removes only what it returns).
-std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp, uint64_t offset,
+// `rae`: Retain Asynchronous Event (a read that leaves the event of its log masked).
+std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp, bool rae, uint64_t offset,
                                uint64_t len, bool& known) {
   const Subsystem& s = ctx.ctrl.subsystem();
   known = true;
   if (s.is_discovery()) {
     // A host sees only the subsystems it may connect to.
-    if (lid == 0x70)
-      return build_discovery_log(1, ctx.core.discovery_records(ctx.local_addr, ctx.ctrl.hostnqn()));
+    if (lid == 0x70) {
+      if (!rae) ctx.ctrl.disc_notice_masked = false;
+      return build_discovery_log(ctx.core.discovery_genctr.load(std::memory_order_acquire),
+                                 ctx.core.discovery_records(ctx.local_addr, ctx.ctrl.hostnqn()));
+    }
     known = false;
     return {};
   }
   switch (lid) {
+    case log_page::kChangedNamespaces: {
+      if (!rae) ctx.ctrl.ns_notice_masked = false;
+      std::vector<uint8_t> log(4096, 0);
+      const auto ids = ctx.ctrl.changed_ns(rae);
+      std::memcpy(log.data(), ids.data(), std::min(ids.size(), size_t{1024}) * 4);
+      return log;
+    }
     case kLogError: return std::vector<uint8_t>(64, 0);
     case kLogSmart: {
       std::vector<uint8_t> log(512, 0);
@@ -131,7 +142,8 @@ AdminResult get_log_page(const AdminContext& ctx, const Sqe& c, std::vector<uint
   // Never allocate what a hostile NUMD asks for: the reply is bounded by the transfer limit.
   const uint64_t len = std::min<uint64_t>(numd * 4, ctx.core.max_transfer());
   bool known = false;
-  const std::vector<uint8_t> log = whole_log(ctx, lid, lsp, offset, len, known);
+  const bool rae = (c.cdw10 >> 15) & 1;
+  const std::vector<uint8_t> log = whole_log(ctx, lid, lsp, rae, offset, len, known);
   if (!known) return {kInvalidLogPage};
   if (offset > log.size()) return {status::kInvalidField};
   out.assign(len, 0);

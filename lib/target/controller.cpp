@@ -207,4 +207,19 @@ std::vector<uint8_t> Controller::ccr_log(bool remove_completed, uint64_t offset,
   return out;
 }
 
+void Controller::note_ns_changed(uint32_t nsid) {
+  std::lock_guard lock(mu_);
+  auto it = std::lower_bound(changed_ns_.begin(), changed_ns_.end(), nsid);
+  if (it != changed_ns_.end() && *it == nsid) return;
+  if (changed_ns_.size() > kMaxChangedNs) return;  // overflowed already: the host looks at all
+  changed_ns_.insert(it, nsid);
+}
+
+std::vector<uint32_t> Controller::changed_ns(bool retain) {
+  std::lock_guard lock(mu_);
+  std::vector<uint32_t> out = changed_ns_.size() > kMaxChangedNs ? std::vector<uint32_t>{0xffffffffu} : changed_ns_;
+  if (!retain) changed_ns_.clear();
+  return out;
+}
+
 }  // namespace nvmeof::target

@@ -37,6 +37,14 @@ class TcpConnection;
 /// Asynchronous Event Configuration bit 11: ANA change notices (on by default so a host that
 /// never sets the feature still hears about ANA changes).
 inline constexpr uint32_t kAecAnaChange = 1u << 11;
+/// Asynchronous Event Configuration bit 8: Namespace Attribute Notices; bit 31: Discovery Log
+/// Page Change Notices (a discovery controller's).
+inline constexpr uint32_t kAecNsAttr = 1u << 8;
+inline constexpr uint32_t kAecDiscoveryChange = 1u << 31;
+/// Completion DW0 of the events: notice (type 2), information 00h Namespace Attribute Changed
+/// with log page 04h; information F0h Discovery Log Page Change with log page 70h.
+inline constexpr uint32_t kNsAttrChangedEvent = 0x00040002;
+inline constexpr uint32_t kDiscoveryChangeEvent = 0x0070f002;
 /// Keep-alive granularity (Identify KAS = 1, in 100 ms units).
 inline constexpr uint32_t kKasMs = 100;
 /// Composite temperature over-threshold at reset: 343 K (70 C), as drives commonly ship.
@@ -64,6 +72,10 @@ class Controller : public std::enable_shared_from_this<Controller> {
   void set_kato(uint32_t ms) noexcept;
   uint32_t kato_ms = 0;             ///< 0: keep-alive disabled; a multiple of kKasMs
   uint32_t aec = kAecAnaChange;     ///< Asynchronous Event Configuration
+  /// A notice of that kind was sent and the log page it names not read since (with RAE clear):
+  /// no other is sent until it is (the base specification's masking of an event type).
+  bool ns_notice_masked = false;
+  bool disc_notice_masked = false;
   uint16_t io_queues_granted = 0;   ///< from Set Features Number of Queues (0: not set yet)
   uint32_t arbitration = 0;         ///< Arbitration (01h): round robin, no burst limit
   uint32_t power_management = 0;    ///< Power Management (02h): power state 0, the only one
@@ -109,6 +121,13 @@ class Controller : public std::enable_shared_from_this<Controller> {
   /// Returns whether they all did.
   bool wait_quiesced(uint64_t deadline_ns);
 
+  // -- the Changed Namespace List (any thread) --
+  /// Namespace `nsid` changed (attached, detached, resized) since the host last read the list.
+  void note_ns_changed(uint32_t nsid);
+  /// The list as log page 04h gives it: up to 1024 NSIDs, or 0xffffffff alone when more changed;
+  /// emptied unless `retain` (RAE).
+  std::vector<uint32_t> changed_ns(bool retain);
+
   // -- the CCR log of resets issued through this controller (any thread) --
   enum class CcrAdmission : uint8_t { admitted, in_progress, limit_exceeded, log_full };
   /// Whether a new CCR for `icid` may start: none in progress for it, fewer than `limit` in
@@ -150,6 +169,8 @@ class Controller : public std::enable_shared_from_this<Controller> {
   std::map<uint16_t, std::weak_ptr<TcpConnection>> io_;
   uint32_t live_queues_ = 0;
   std::vector<CcrEntry> ccr_log_;
+  std::vector<uint32_t> changed_ns_;  // sorted, at most kMaxChangedNs + 1 entries
+  static constexpr size_t kMaxChangedNs = 1024;
 };
 
 }  // namespace nvmeof::target

@@ -64,10 +64,11 @@ void build_identify_controller(const TargetOptions& opts, const Subsystem& subsy
   put_string(id.subnqn, subsys.nqn());
   if (disc) {
     id.ioccsz = 4;
+    id.oaes = 1u << 31;  // Discovery Log Page Change notices
     return;
   }
   id.cmic = NVME_CTRL_CMIC_MULTI_PORT | NVME_CTRL_CMIC_MULTI_CTRL | NVME_CTRL_CMIC_MULTI_ANA_REPORTING;
-  id.oaes = 1u << 11;  // ANA change notices
+  id.oaes = (1u << 11) | (1u << 8);  // ANA change and Namespace Attribute notices
   id.anatt = opts.anatt_s;
   id.crdt1 = opts.crdt_100ms[0];
   id.crdt2 = opts.crdt_100ms[1];

@@ -54,14 +54,18 @@ NvmeStatus plan_io(const Subsystem& subsys, const Sqe& c, uint32_t max_transfer,
 
 NvmeStatus execute_io(const Subsystem& subsys, const Sqe& c, const IoPlan& plan,
                       std::span<const uint8_t> in, uint8_t* out) noexcept {
+  // A range the namespace no longer has (it shrank after the command was planned) is LBA Out of
+  // Range, as it would have been had it come later; other failures are the medium's.
+  auto status_of = [](const Result<void>& r, NvmeStatus failed) {
+    if (r) return status::kSuccess;
+    return r.error() == make_error_code(Errc::invalid_argument) ? status::kLbaOutOfRange : failed;
+  };
   switch (c.opcode) {
-    case opcode::kRead:
-      return plan.ns->read(plan.offset, out, plan.data_len) ? status::kSuccess : kUnrecoveredReadError;
+    case opcode::kRead: return status_of(plan.ns->read(plan.offset, out, plan.data_len), kUnrecoveredReadError);
     case opcode::kWrite:
       if (in.size() < plan.data_len) return status::kDataTransferError;
-      return plan.ns->write(plan.offset, in.data(), plan.data_len) ? status::kSuccess : kWriteFault;
-    case opcode::kWriteZeroes:
-      return plan.ns->zero(plan.offset, plan.len) ? status::kSuccess : kWriteFault;
+      return status_of(plan.ns->write(plan.offset, in.data(), plan.data_len), kWriteFault);
+    case opcode::kWriteZeroes: return status_of(plan.ns->zero(plan.offset, plan.len), kWriteFault);
     case opcode::kFlush: {
       if (plan.ns) return plan.ns->flush() ? status::kSuccess : kWriteFault;
       for (const auto& ns : subsys.namespaces())

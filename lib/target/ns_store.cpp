@@ -79,7 +79,7 @@ Result<std::unique_ptr<NsStore>> NsStore::open(const TargetNamespace& cfg, const
   ns->nsid_ = cfg.nsid;
   ns->block_size_ = cfg.block_size;
   ns->lba_shift_ = cfg.block_size == 512 ? 9 : 12;
-  ns->size_ = cfg.size_bytes;
+  ns->size_.store(cfg.size_bytes);
   derive_ids(subnqn, cfg.nsid, ns->nguid_, ns->uuid_);
   if (std::any_of(cfg.nguid.begin(), cfg.nguid.end(), [](uint8_t b) { return b != 0; }))
     ns->nguid_ = cfg.nguid;
@@ -104,12 +104,34 @@ Result<std::unique_ptr<NsStore>> NsStore::open(const TargetNamespace& cfg, const
 }
 
 NsStore::~NsStore() {
-  if (ram_) ::munmap(ram_, size_);
+  if (ram_) ::munmap(ram_, size_.load());
   if (fd_ >= 0) ::close(fd_);
+}
+
+Result<void> NsStore::resize(uint64_t bytes) {
+  if (bytes == 0 || bytes % block_size_ != 0) return Errc::invalid_argument;
+  std::unique_lock lock(mu_);
+  const uint64_t old = size_.load();
+  if (bytes == old) return {};
+  if (ram_) {
+    // Anonymous memory: a shrink gives the tail back, a grow adds zero pages (the mapping may
+    // move; every access takes the lock and reads ram_ under it).
+    void* p = ::mremap(ram_, old, bytes, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) return errno_code(errno);
+    ram_ = static_cast<uint8_t*>(p);
+  } else {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return errno_code(errno);
+    if (!S_ISREG(st.st_mode)) return {Errc::unsupported, "a block device namespace cannot be resized"};
+    if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return errno_code(errno);
+  }
+  size_.store(bytes, std::memory_order_release);
+  return {};
 }
 
 Result<void> NsStore::read(uint64_t offset, void* dst, size_t len) {
   std::shared_lock lock(mu_);
+  if (!contains(offset, len)) return Errc::invalid_argument;
   if (ram_) {
     std::memcpy(dst, ram_ + offset, len);
     return {};
@@ -119,6 +141,7 @@ Result<void> NsStore::read(uint64_t offset, void* dst, size_t len) {
 
 Result<void> NsStore::write(uint64_t offset, const void* src, size_t len) {
   std::unique_lock lock(mu_);
+  if (!contains(offset, len)) return Errc::invalid_argument;
   if (ram_) {
     std::memcpy(ram_ + offset, src, len);
     return {};
@@ -128,6 +151,7 @@ Result<void> NsStore::write(uint64_t offset, const void* src, size_t len) {
 
 Result<void> NsStore::zero(uint64_t offset, uint64_t len) {
   std::unique_lock lock(mu_);
+  if (!contains(offset, len)) return Errc::invalid_argument;
   if (ram_) {
     std::memset(ram_ + offset, 0, len);
     return {};

@@ -46,6 +46,8 @@ class Port {
   void start();
   /// Stops accepting, closes every connection and joins every thread. Idempotent.
   void stop();
+  /// stop() was called: the port is gone (Target::remove_port, or the target stopping).
+  bool stopped() const noexcept { return stopping_.load(std::memory_order_acquire); }
 
   size_t index() const noexcept { return index_; }
   /// The port's options as given to Target::start (never changes).

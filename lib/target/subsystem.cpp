@@ -20,16 +20,56 @@ Result<std::unique_ptr<Subsystem>> Subsystem::create(const TargetSubsystem& cfg,
   s->any_host_ = any_host;
   s->serial_ = cfg.serial;
   s->model_ = cfg.model;
+  std::vector<NsStore*> sorted;
   for (const auto& n : cfg.namespaces) {
     auto ns = NsStore::open(n, cfg.nqn);
     if (!ns) return ns.error();
-    s->ns_.push_back(std::move(*ns));
+    sorted.push_back(ns->get());
+    s->stores_.push_back(std::move(*ns));
   }
-  std::sort(s->ns_.begin(), s->ns_.end(),
-            [](const auto& a, const auto& b) { return a->nsid() < b->nsid(); });
-  for (size_t i = 1; i < s->ns_.size(); ++i)
-    if (s->ns_[i]->nsid() == s->ns_[i - 1]->nsid()) return Errc::invalid_argument;
+  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->nsid() < b->nsid(); });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i]->nsid() == sorted[i - 1]->nsid()) return Errc::invalid_argument;
+  s->publish(std::move(sorted));
   return s;
+}
+
+void Subsystem::publish(std::vector<NsStore*> sorted) {
+  auto t = std::make_unique<NsTable>();
+  t->sorted = std::move(sorted);
+  table_.store(t.get(), std::memory_order_release);
+  tables_.push_back(std::move(t));
+}
+
+Result<void> Subsystem::attach(const TargetNamespace& cfg) {
+  std::lock_guard lock(change_mu_);
+  if (ns(cfg.nsid)) return {Errc::invalid_argument, "namespace " + std::to_string(cfg.nsid) + " is active already"};
+  auto n = NsStore::open(cfg, nqn_);
+  if (!n) return n.failure();
+  std::vector<NsStore*> sorted = namespaces();
+  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), cfg.nsid,
+                                 [](uint32_t id, const NsStore* x) { return id < x->nsid(); }),
+                n->get());
+  stores_.push_back(std::move(*n));
+  publish(std::move(sorted));
+  return {};
+}
+
+Result<void> Subsystem::detach(uint32_t nsid) {
+  std::lock_guard lock(change_mu_);
+  if (!ns(nsid)) return {Errc::invalid_argument, "namespace " + std::to_string(nsid) + " is not active"};
+  std::vector<NsStore*> sorted = namespaces();
+  std::erase_if(sorted, [&](const NsStore* x) { return x->nsid() == nsid; });
+  publish(std::move(sorted));  // the store stays (stores_): commands running on it finish
+  return {};
+}
+
+std::vector<std::shared_ptr<Controller>> Subsystem::controllers() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Controller>> out;
+  for (const auto& [id, w] : ctrls_)
+    if (auto c = w.lock()) out.push_back(std::move(c));
+  return out;
 }
 
 std::unique_ptr<Subsystem> Subsystem::discovery() {
@@ -38,6 +78,7 @@ std::unique_ptr<Subsystem> Subsystem::discovery() {
   s->serial_ = "NVMEOFDISC";
   s->model_ = "nvmeof discovery controller";
   s->kind_ = SubsystemKind::discovery;
+  s->publish({});
   return s;
 }
 
@@ -52,9 +93,9 @@ const TargetHost* Subsystem::host(std::string_view hostnqn) const noexcept {
 }
 
 NsStore* Subsystem::ns(uint32_t nsid) const noexcept {
-  auto it = std::lower_bound(ns_.begin(), ns_.end(), nsid,
-                             [](const auto& n, uint32_t id) { return n->nsid() < id; });
-  return it != ns_.end() && (*it)->nsid() == nsid ? it->get() : nullptr;
+  const auto& t = namespaces();
+  auto it = std::lower_bound(t.begin(), t.end(), nsid, [](const NsStore* n, uint32_t id) { return n->nsid() < id; });
+  return it != t.end() && (*it)->nsid() == nsid ? *it : nullptr;
 }
 
 std::shared_ptr<Controller> Subsystem::create_controller(size_t port, const std::string& hostnqn,

@@ -1,10 +1,15 @@
 // An NVM subsystem of the embedded target (or the discovery subsystem): its namespaces, the
 // hosts allowed to use it (with their keys), and the registry of its live controllers, which
 // hands out dynamic controller ids.
-// Threading: namespaces and hosts are fixed after create(); the controller registry is guarded by a mutex
-// because admin and I/O queue connects arrive on different connection threads.
+// Threading: hosts are fixed after create(). The namespaces change at run time (attach, detach):
+// each change publishes a new immutable table (an atomic pointer, release/acquire) and keeps the
+// old one, and every NsStore, detached ones too, lives as long as the subsystem, so a connection
+// thread that looked a namespace up (lock-free, per command) may finish its command on it. Changes
+// are serialised by change_mu_. The controller registry is guarded by a mutex because admin and
+// I/O queue connects arrive on different connection threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,12 +52,23 @@ class Subsystem {
   /// The listed hosts, in the order given.
   const std::vector<TargetHost>& hosts() const noexcept { return hosts_; }
 
-  /// The namespace `nsid`, or nullptr.
+  /// The active namespace `nsid`, or nullptr.
   NsStore* ns(uint32_t nsid) const noexcept;
-  /// Namespaces sorted by nsid.
-  const std::vector<std::unique_ptr<NsStore>>& namespaces() const noexcept { return ns_; }
-  /// The largest nsid (Identify Controller NN).
-  uint32_t max_nsid() const noexcept { return ns_.empty() ? 0 : ns_.back()->nsid(); }
+  /// The active namespaces, sorted by nsid (a table that stays valid as long as the subsystem).
+  const std::vector<NsStore*>& namespaces() const noexcept { return table_.load(std::memory_order_acquire)->sorted; }
+  /// The largest active nsid (Identify Controller NN).
+  uint32_t max_nsid() const noexcept {
+    const auto& t = namespaces();
+    return t.empty() ? 0 : t.back()->nsid();
+  }
+  /// Attaches a namespace at run time. Errors: invalid_argument (its nsid is active already, or
+  /// what NsStore::open refuses), NsStore errors.
+  Result<void> attach(const TargetNamespace& cfg);
+  /// Detaches namespace `nsid`: new commands get Invalid Namespace, those running finish.
+  /// Errors: invalid_argument when it is not active.
+  Result<void> detach(uint32_t nsid);
+  /// The live controllers (for their asynchronous events).
+  std::vector<std::shared_ptr<Controller>> controllers() const;
 
   /// Creates a controller with a fresh id (1..0xffef). nullptr when every id is in use.
   std::shared_ptr<Controller> create_controller(size_t port, const std::string& hostnqn,
@@ -69,7 +85,14 @@ class Subsystem {
   std::string serial_;
   std::string model_;
   SubsystemKind kind_ = SubsystemKind::nvm;
-  std::vector<std::unique_ptr<NsStore>> ns_;
+  struct NsTable {
+    std::vector<NsStore*> sorted;
+  };
+  void publish(std::vector<NsStore*> sorted);  // change_mu_ held (or create())
+  std::atomic<const NsTable*> table_{nullptr};
+  std::mutex change_mu_;
+  std::vector<std::unique_ptr<NsStore>> stores_;  // every namespace ever attached (change_mu_)
+  std::vector<std::unique_ptr<NsTable>> tables_;  // every table published (change_mu_)
   std::vector<TargetHost> hosts_;
   bool any_host_ = true;
 

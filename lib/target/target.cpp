@@ -4,7 +4,9 @@
 #include <mutex>
 #include <set>
 
+#include "target/controller.hpp"
 #include "target/host_access.hpp"
+#include "target/tcp_connection.hpp"
 #include "target/port.hpp"
 #include "target/queue_auth.hpp"
 #include "target/subsystem.hpp"
@@ -19,6 +21,7 @@ struct Target::Impl {
   target::TargetCore core;
   std::mutex stop_mu;  // serializes stop() from several threads
   bool stopped = false;
+  std::mutex change_mu;  // one run-time change (port, namespace) at a time
 };
 
 namespace {
@@ -70,9 +73,10 @@ Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
     core.subsystems.push_back(std::move(*sub));
   }
   core.discovery = target::Subsystem::discovery();
+  if (opts.ports.size() > target::PortTable::kMax) return Errc::invalid_argument;
   for (size_t i = 0; i < opts.ports.size(); ++i) {
-    core.ports.push_back(std::make_unique<target::Port>(core, i, opts.ports[i]));
-    if (auto r = core.ports.back()->listen(); !r) return r.error();
+    core.ports.push(std::make_unique<target::Port>(core, i, opts.ports[i]));
+    if (auto r = core.ports[i]->listen(); !r) return r.error();
   }
   core.held.start();
   core.ccr.start();
@@ -81,6 +85,99 @@ Result<std::unique_ptr<Target>> Target::start(const TargetOptions& opts) {
 }
 
 Target::Target(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+
+// The discovery log changed: its generation moves and every discovery controller is told (each
+// sends the notice only if its host asked for them, once until the log is read).
+void discovery_changed(target::TargetCore& core) {
+  core.discovery_genctr.fetch_add(1, std::memory_order_acq_rel);
+  for (const auto& c : core.discovery->controllers())
+    if (auto admin = c->admin_connection()) admin->post_event(target::kDiscoveryChangeEvent);
+}
+
+// Namespace `nsid` of `sub` changed: in every controller's Changed Namespace List, and noticed.
+void namespace_changed(target::Subsystem& sub, uint32_t nsid) {
+  for (const auto& c : sub.controllers()) {
+    c->note_ns_changed(nsid);
+    if (auto admin = c->admin_connection()) admin->post_event(target::kNsAttrChangedEvent);
+  }
+}
+
+target::Subsystem* nvm_subsystem(target::TargetCore& core, const std::string& nqn) {
+  for (const auto& s : core.subsystems)
+    if (s->nqn() == nqn) return s.get();
+  return nullptr;
+}
+
+}  // namespace
+
+Result<size_t> Target::add_port(const TargetPort& cfg) {
+  if (!valid_ana_state(cfg.ana_state)) return {Errc::invalid_argument, "bad ANA state"};
+  if (cfg.tls != PortTls::none && !tls::parse_interchange(cfg.tls_psk))
+    return {Errc::invalid_argument, "bad TLS PSK (want the NVMe TLS PSK interchange format)"};
+  std::lock_guard lock(impl_->change_mu);
+  target::TargetCore& core = impl_->core;
+  if (impl_->stopped) return {Errc::not_connected, "the target is stopped"};
+  const size_t index = core.ports.size();
+  if (index == target::PortTable::kMax)
+    return {Errc::invalid_argument, "at most " + std::to_string(target::PortTable::kMax) + " ports"};
+  auto p = std::make_unique<target::Port>(core, index, cfg);
+  if (auto r = p->listen(); !r) return r.failure();
+  target::Port* port = p.get();
+  core.ports.push(std::move(p));
+  port->start();
+  discovery_changed(core);
+  return index;
+}
+
+Result<void> Target::remove_port(size_t port) {
+  std::lock_guard lock(impl_->change_mu);
+  target::TargetCore& core = impl_->core;
+  if (port >= core.ports.size() || core.ports[port]->stopped())
+    return {Errc::invalid_argument, "no port " + std::to_string(port)};
+  core.ports[port]->stop();
+  discovery_changed(core);
+  return {};
+}
+
+Result<void> Target::attach_namespace(const std::string& nqn, const TargetNamespace& ns) {
+  std::lock_guard lock(impl_->change_mu);
+  target::Subsystem* sub = nvm_subsystem(impl_->core, nqn);
+  if (!sub) return {Errc::invalid_argument, "no subsystem " + nqn};
+  if (auto r = sub->attach(ns); !r) return r;
+  namespace_changed(*sub, ns.nsid);
+  return {};
+}
+
+Result<void> Target::detach_namespace(const std::string& nqn, uint32_t nsid) {
+  std::lock_guard lock(impl_->change_mu);
+  target::Subsystem* sub = nvm_subsystem(impl_->core, nqn);
+  if (!sub) return {Errc::invalid_argument, "no subsystem " + nqn};
+  if (auto r = sub->detach(nsid); !r) return r;
+  namespace_changed(*sub, nsid);
+  return {};
+}
+
+Result<void> Target::resize_namespace(const std::string& nqn, uint32_t nsid, uint64_t size_bytes) {
+  std::lock_guard lock(impl_->change_mu);
+  target::Subsystem* sub = nvm_subsystem(impl_->core, nqn);
+  if (!sub) return {Errc::invalid_argument, "no subsystem " + nqn};
+  target::NsStore* ns = sub->ns(nsid);
+  if (!ns) return {Errc::invalid_argument, "namespace " + std::to_string(nsid) + " is not active"};
+  if (size_bytes == 0 || size_bytes % ns->block_size() != 0)
+    return {Errc::invalid_argument, "size " + std::to_string(size_bytes) + " is not a non-zero multiple of the " +
+                                        std::to_string(ns->block_size()) + "-byte block"};
+  if (auto r = ns->resize(size_bytes); !r) return r;
+  namespace_changed(*sub, nsid);
+  return {};
+}
+
+size_t Target::port_count() const { return impl_->core.ports.size(); }
+
+bool Target::port_removed(size_t port) const {
+  return port < impl_->core.ports.size() && impl_->core.ports[port]->stopped();
+}
 
 Target::~Target() { stop(); }
 

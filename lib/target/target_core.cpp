@@ -24,6 +24,7 @@ std::vector<DiscoveryRecord> TargetCore::discovery_records(const std::string& lo
                                                            std::string_view hostnqn) const {
   std::vector<DiscoveryRecord> r;
   for (const auto& p : ports) {
+    if (p->stopped()) continue;  // removed: no longer a way in
     for (const auto& s : subsystems) {
       if (!s->allows(hostnqn)) continue;
       DiscoveryRecord d;

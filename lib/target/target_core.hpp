@@ -4,6 +4,7 @@
 // objects' own synchronized state.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -20,16 +21,45 @@
 
 namespace nvmeof::target {
 
+/// The target's ports: fixed slots published by a count, so ports added at run time
+/// (Target::add_port) never move what connection threads and the discovery log read. A removed
+/// port keeps its slot (its index, stats and ANA group stay; Port::stopped()).
+/// Threading: push() by the owner under Target's change mutex; readers take size() (acquire) and
+/// read the slots below it.
+class PortTable {
+ public:
+  static constexpr size_t kMax = 64;
+  size_t size() const noexcept { return n_.load(std::memory_order_acquire); }
+  bool empty() const noexcept { return size() == 0; }
+  Port* operator[](size_t i) const noexcept { return slots_[i].get(); }
+  const std::unique_ptr<Port>* begin() const noexcept { return slots_.data(); }
+  const std::unique_ptr<Port>* end() const noexcept { return slots_.data() + size(); }
+  /// Publishes `p` as port size(). False when every slot is used.
+  bool push(std::unique_ptr<Port> p) noexcept {
+    const size_t n = size();
+    if (n == kMax) return false;
+    slots_[n] = std::move(p);
+    n_.store(n + 1, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  std::array<std::unique_ptr<Port>, kMax> slots_;
+  std::atomic<size_t> n_{0};
+};
+
 struct TargetCore {
   TargetOptions opts;
   std::vector<std::unique_ptr<Subsystem>> subsystems;
   std::unique_ptr<Subsystem> discovery;
-  std::vector<std::unique_ptr<Port>> ports;
+  PortTable ports;
   HeldWrites held;
   CcrWorker ccr{*this};
   /// Bumped on every ANA state change of any port (ANA log CHGCNT).
   std::atomic<uint64_t> ana_chgcnt{0};
   std::atomic<uint64_t> next_conn_id{1};
+  /// The discovery log's generation counter: bumped when a port comes or goes.
+  std::atomic<uint64_t> discovery_genctr{1};
 
   /// The subsystem named `nqn` (the discovery subsystem included), or nullptr.
   Subsystem* subsystem(std::string_view nqn) const noexcept;

@@ -235,7 +235,18 @@ CloseKind TcpConnection::drain_wakeups() {
       if (s.state == SlotState::held && s.sqe.cid == p.cid) complete(s, p.st);
     }
     if (qid_ == 0 && ctrl_)
-      for (const uint32_t e : events) raise_event(e);
+      for (const uint32_t e : events) {
+        // Notices the host did not ask for, or of a kind whose log it has not read since the
+        // last one, are not sent (the change stays in the log it will read).
+        if (e == kNsAttrChangedEvent) {
+          if (!(ctrl_->aec & kAecNsAttr) || ctrl_->ns_notice_masked) continue;
+          ctrl_->ns_notice_masked = true;
+        } else if (e == kDiscoveryChangeEvent) {
+          if (!(ctrl_->aec & kAecDiscoveryChange) || ctrl_->disc_notice_masked) continue;
+          ctrl_->disc_notice_masked = true;
+        }
+        raise_event(e);
+      }
   }
   if (qid_ == 0 && ctrl_ && !subsys_->is_discovery()) {
     const uint64_t c = port_.ana_chgcnt();
