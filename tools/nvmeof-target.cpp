@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
   }
   nvmeof::tools::TargetControlServer control;
   if (!control_path.empty()) {
-    if (auto r = control.start(**target, opts.ports.size(), control_path); !r) {
+    if (auto r = control.start(**target, control_path); !r) {
       std::fprintf(stderr, "nvmeof-target: --control %s: %s\n", control_path.c_str(),
                    r.error().message().c_str());
       return 1;

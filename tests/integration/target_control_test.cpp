@@ -2,7 +2,8 @@
 // `nvmeof-target ctl` while a volume (two paths) runs verified I/O against it. Each command must
 // change what the volume sees: ANA state moves traffic, a reset is a failover, failing statuses
 // are errors the volume retries, latency shows in the path's latency, clear gives the path back.
-// Bad port, state, status and socket give a clear error and a non-zero exit.
+// Bad port, state, status and socket give a clear error and a non-zero exit. The run-time changes
+// (add-port, remove-port, attach-ns, resize-ns, detach-ns) reach a running volume.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -135,4 +136,66 @@ TEST_CASE("ctl rejects a bad port, state, status or socket clearly", "[target-co
   r.vol.reset();
   r.proc->stop();
   CHECK(::access(r.sock.c_str(), F_OK) != 0);  // the socket file went with the target
+}
+
+TEST_CASE("ctl changes the fabric under a running volume: a port added and removed, a namespace attached, "
+          "resized and detached", "[target-control]") {
+  TargetProcess r;
+  test::VerifiedWorkload w(*r.vol);
+  w.start();
+  const std::string nqn = TargetSubsystem{}.nqn;
+  // A port added: its index and address; the volume can take it as a path.
+  auto res = r.ctl("add-port 127.0.0.1:0");
+  INFO(res.output);
+  REQUIRE(res.exit_code == 0);
+  REQUIRE(res.output.rfind("port 2 at 127.0.0.1:", 0) == 0);
+  TransportAddress a;
+  a.trsvcid = res.output.substr(res.output.rfind(':') + 1);
+  while (!a.trsvcid.empty() && (a.trsvcid.back() == '\n' || a.trsvcid.back() == ' ')) a.trsvcid.pop_back();
+  REQUIRE(r.vol->add_path(a));
+  REQUIRE(test::wait_until([&] {
+    const auto s = r.vol->stats();
+    return s.paths.size() == 3 && s.paths.at(2).state == PathState::live && s.paths.at(2).ios > 0;
+  }, 20s));
+  // Removed: the stats say so; the volume's path there fails over and I/O goes on.
+  REQUIRE(r.ctl("remove-port 2").exit_code == 0);
+  const auto stats = nlohmann::json::parse(r.ctl("stats").output);
+  REQUIRE(stats["ports"].size() == 3);
+  CHECK(stats["ports"][2]["removed"] == true);
+  CHECK(stats["ports"][0]["removed"] == false);
+  REQUIRE(r.vol->remove_path(a));
+  // Namespaces: attached, resized, detached.
+  REQUIRE(r.ctl("attach-ns " + nqn + " 2 8m").exit_code == 0);
+  VolumeOptions vo = test::rig_volume_options();
+  vo.paths = {*TransportAddress::parse(r.vol->stats().paths.at(0).address)};
+  vo.connect.subnqn = nqn;
+  vo.nsid = 2;
+  auto v2 = Volume::open(vo);
+  REQUIRE(v2);
+  const uint64_t blocks = (*v2)->size_blocks();
+  CHECK(blocks * (*v2)->block_size() == 8u << 20);
+  REQUIRE(r.ctl("resize-ns " + nqn + " 2 16m").exit_code == 0);
+  CHECK(test::wait_until([&] { return (*v2)->size_blocks() == 2 * blocks; }, 20s));
+  REQUIRE(r.ctl("detach-ns " + nqn + " 2").exit_code == 0);
+  CHECK(test::wait_until([&] { return (*v2)->stats().namespace_removed; }, 20s));
+  // Refused, clearly, with nothing changed.
+  res = r.ctl("detach-ns " + nqn + " 2");
+  CHECK(res.exit_code == 1);
+  CHECK(res.output.find("namespace 2 is not active") != std::string::npos);
+  res = r.ctl("resize-ns " + nqn + " 1 1000");
+  CHECK(res.exit_code == 1);
+  CHECK(res.output.find("not a non-zero multiple") != std::string::npos);
+  res = r.ctl("remove-port 9");
+  CHECK(res.exit_code == 1);
+  CHECK(res.output.find("no port 9") != std::string::npos);
+  res = r.ctl("attach-ns " + nqn + " 0 8m");
+  CHECK(res.exit_code == 2);
+  CHECK(res.output.find("bad nsid") != std::string::npos);
+  res = r.ctl("attach-ns " + nqn + " 3 lots");
+  CHECK(res.exit_code == 2);
+  CHECK(res.output.find("bad size") != std::string::npos);
+  res = r.ctl("add-port nowhere");
+  CHECK(res.exit_code == 1);
+  CHECK(res.output.find("ADDR:PORT") != std::string::npos);
+  finish_clean(w);
 }

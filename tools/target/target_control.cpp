@@ -40,6 +40,7 @@ Json port_json(const Target& t, size_t i) {
   const PortStats s = t.stats(i);
   return Json{{"index", i},
               {"address", t.port_address(i)},
+              {"removed", t.port_removed(i)},
               {"ana_group", i + 1},
               {"ana_state", to_string(t.ana_state(i))},
               {"connections", s.connections},
@@ -54,20 +55,92 @@ Json port_json(const Target& t, size_t i) {
               {"ccr_completed", s.ccr_completed}};
 }
 
+// "4096", "64k", "16m", "1g": bytes. false when malformed, 0 or past 2^50.
+bool parse_bytes(std::string_view s, uint64_t& out) {
+  size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 15) return false;
+  uint64_t v = std::stoull(std::string(s.substr(0, digits)));
+  const std::string_view unit = s.substr(digits);
+  if (unit == "k" || unit == "K") v <<= 10;
+  else if (unit == "m" || unit == "M") v <<= 20;
+  else if (unit == "g" || unit == "G") v <<= 30;
+  else if (!unit.empty()) return false;
+  if (v == 0 || v > (1ull << 50)) return false;
+  out = v;
+  return true;
+}
+
+std::string fail_result(const ErrorInfo& e) { return fail(e.message()); }
+
+// The run-time changes: add-port, remove-port, attach-ns, detach-ns, resize-ns.
+std::string answer_change(Target& t, const std::string& op, const Json& req) {
+  if (op == "add-port") {
+    if (!req.contains("address") || !req["address"].is_string()) return fail("\"add-port\" needs an address (ADDR:PORT)");
+    const std::string a = req["address"].get<std::string>();
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
+      return fail("bad address \"" + a + "\": expected ADDR:PORT (port 0 picks one)");
+    TargetPort p;
+    p.traddr = a.substr(0, colon);
+    if (p.traddr.size() > 2 && p.traddr.front() == '[' && p.traddr.back() == ']') p.traddr = p.traddr.substr(1, p.traddr.size() - 2);
+    p.trsvcid = a.substr(colon + 1);
+    auto r = t.add_port(p);
+    if (!r) return fail_result(r.failure());
+    return Json{{"ok", true}, {"port", *r}, {"address", t.port_address(*r)}}.dump();
+  }
+  if (op == "remove-port") {
+    if (!req.contains("port") || !req["port"].is_number_unsigned()) return fail("\"remove-port\" needs a port index");
+    auto r = t.remove_port(static_cast<size_t>(req["port"].get<uint64_t>()));
+    return r ? ok() : fail_result(r.failure());
+  }
+  // Namespace changes: "nqn" and "nsid" always.
+  if (!req.contains("nqn") || !req["nqn"].is_string()) return fail("\"" + op + "\" needs the subsystem's nqn");
+  if (!req.contains("nsid") || !req["nsid"].is_number_unsigned() || req["nsid"].get<uint64_t>() == 0 ||
+      req["nsid"].get<uint64_t>() >= 0xffffffffu)
+    return fail("\"" + op + "\" needs an nsid (1..4294967294)");
+  const std::string nqn = req["nqn"].get<std::string>();
+  const auto nsid = static_cast<uint32_t>(req["nsid"].get<uint64_t>());
+  if (op == "detach-ns") {
+    auto r = t.detach_namespace(nqn, nsid);
+    return r ? ok() : fail_result(r.failure());
+  }
+  if (!req.contains("size") || !req["size"].is_number_unsigned()) return fail("\"" + op + "\" needs a size in bytes");
+  const uint64_t size = req["size"].get<uint64_t>();
+  if (op == "resize-ns") {
+    auto r = t.resize_namespace(nqn, nsid, size);
+    return r ? ok() : fail_result(r.failure());
+  }
+  TargetNamespace ns;  // attach-ns
+  ns.nsid = nsid;
+  ns.size_bytes = size;
+  ns.block_size = req.contains("block_size") && req["block_size"].is_number_unsigned()
+                      ? static_cast<uint32_t>(req["block_size"].get<uint64_t>())
+                      : 4096;
+  if (req.contains("file") && req["file"].is_string()) ns.file = req["file"].get<std::string>();
+  auto r = t.attach_namespace(nqn, ns);
+  return r ? ok() : fail_result(r.failure());
+}
+
 }  // namespace
 
-std::string answer_target_request(Target& t, size_t ports, std::string_view line) {
+std::string answer_target_request(Target& t, std::string_view line) {
   const Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (req.is_discarded() || !req.is_object()) return fail("request is not a JSON object");
   if (!req.contains("op") || !req["op"].is_string()) return fail("request has no \"op\"");
   const std::string op = req["op"].get<std::string>();
+  const size_t ports = t.port_count();
+  if (op == "add-port" || op == "remove-port" || op == "attach-ns" || op == "detach-ns" || op == "resize-ns")
+    return answer_change(t, op, req);
   if (op == "stats") {
     Json ps = Json::array();
     for (size_t i = 0; i < ports; ++i) ps.push_back(port_json(t, i));
     return Json{{"ok", true}, {"ports", std::move(ps)}}.dump();
   }
   if (op != "ana" && op != "fault" && op != "latency" && op != "fail-status" && op != "clear")
-    return fail("unknown op \"" + op + "\" (ana, fault, latency, fail-status, clear, stats)");
+    return fail("unknown op \"" + op +
+                "\" (ana, fault, latency, fail-status, clear, stats, add-port, remove-port, attach-ns, detach-ns, "
+                "resize-ns)");
   if (!req.contains("port") || !req["port"].is_number_unsigned())
     return fail("\"" + op + "\" needs a port index");
   const uint64_t port = req["port"].get<uint64_t>();
@@ -127,12 +200,63 @@ bool parse_latency(std::string_view s, std::chrono::microseconds& out) {
 
 bool ctl_request_from_words(const std::vector<std::string>& w, std::string& request, std::string& error) {
   const char* usage = "expected: ana PORT STATE | fault PORT reset|blackhole|partition|refuse | "
-                      "latency PORT DURATION | fail-status PORT SCT/SC | clear PORT | stats";
+                      "latency PORT DURATION | fail-status PORT SCT/SC | clear PORT | stats | add-port ADDR:PORT | "
+                      "remove-port PORT | attach-ns NQN NSID SIZE [BLOCK_SIZE] | detach-ns NQN NSID | "
+                      "resize-ns NQN NSID SIZE";
   if (w.empty()) {
     error = usage;
     return false;
   }
   const std::string& op = w[0];
+  auto nsid_of = [&](const std::string& s, unsigned long& out) {
+    if (parse_uint(s, 0xfffffffeul, out) && out != 0) return true;
+    error = "bad nsid \"" + s + "\": expected 1..4294967294";
+    return false;
+  };
+  auto size_of = [&](const std::string& s, uint64_t& out) {
+    if (parse_bytes(s, out)) return true;
+    error = "bad size \"" + s + "\": expected bytes, e.g. 64m, 1g, 1048576";
+    return false;
+  };
+  if (op == "add-port" || op == "remove-port" || op == "attach-ns" || op == "detach-ns" || op == "resize-ns") {
+    const size_t want_min = op == "add-port" || op == "remove-port" ? 2 : op == "detach-ns" ? 3 : 4;
+    const size_t want_max = op == "attach-ns" ? 5 : want_min;
+    if (w.size() < want_min || w.size() > want_max) {
+      error = op + ": wrong number of arguments; " + usage;
+      return false;
+    }
+    Json req{{"op", op}};
+    if (op == "add-port") {
+      req["address"] = w[1];
+    } else if (op == "remove-port") {
+      unsigned long port = 0;
+      if (!parse_uint(w[1], 1u << 20, port)) {
+        error = "bad port \"" + w[1] + "\": expected a port index (0, 1, ...)";
+        return false;
+      }
+      req["port"] = port;
+    } else {
+      unsigned long nsid = 0;
+      if (!nsid_of(w[2], nsid)) return false;
+      req["nqn"] = w[1];
+      req["nsid"] = nsid;
+      if (op != "detach-ns") {
+        uint64_t size = 0;
+        if (!size_of(w[3], size)) return false;
+        req["size"] = size;
+      }
+      if (op == "attach-ns" && w.size() == 5) {
+        unsigned long bs = 0;
+        if (!parse_uint(w[4], 65536, bs) || (bs != 512 && bs != 4096)) {
+          error = "bad block size \"" + w[4] + "\": 512 or 4096";
+          return false;
+        }
+        req["block_size"] = bs;
+      }
+    }
+    request = req.dump();
+    return true;
+  }
   if (op == "stats") {
     if (w.size() != 1) {
       error = "stats takes no arguments";
@@ -217,7 +341,11 @@ bool target_control_call(const std::string& path, const std::string& request, st
 int run_ctl(int argc, char** argv) {
   if (argc >= 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
     std::printf("usage: nvmeof-target ctl PATH ana PORT STATE | fault PORT reset|blackhole|partition|refuse |\n"
-                "                          latency PORT DURATION | fail-status PORT SCT/SC | clear PORT | stats\n");
+                "                          latency PORT DURATION | fail-status PORT SCT/SC | clear PORT | stats |\n"
+                "                          add-port ADDR:PORT | remove-port PORT |\n"
+                "                          attach-ns NQN NSID SIZE [BLOCK_SIZE] | detach-ns NQN NSID |\n"
+                "                          resize-ns NQN NSID SIZE\n"
+                "add-port prints the new port's index and address; sizes take k, m or g (64m).\n");
     return 0;
   }
   if (argc < 2) {
@@ -236,6 +364,11 @@ int run_ctl(int argc, char** argv) {
     return 1;
   }
   if (words[0] == "stats") std::cout << Json::parse(answer).dump(2) << "\n";
+  if (words[0] == "add-port") {
+    const Json j = Json::parse(answer);
+    std::printf("port %llu at %s\n", static_cast<unsigned long long>(j.value("port", uint64_t{0})),
+                j.value("address", std::string()).c_str());
+  }
   return 0;
 }
 

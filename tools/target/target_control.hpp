@@ -7,8 +7,13 @@
 //   {"op":"fail-status","port":0,"sct":0,"sc":6}            (SCT 0..7, SC 0..255, never 0/0)
 //   {"op":"clear","port":0}                                  (faults only; ANA state stays)
 //   {"op":"stats"}
+//   {"op":"add-port","address":"127.0.0.1:0"}                -> "port" (index), "address"
+//   {"op":"remove-port","port":2}
+//   {"op":"attach-ns","nqn":NQN,"nsid":3,"size":BYTES[,"block_size":4096][,"file":PATH]}
+//   {"op":"detach-ns","nqn":NQN,"nsid":3}
+//   {"op":"resize-ns","nqn":NQN,"nsid":3,"size":BYTES}
 // Every answer has "ok"; a failed one has "error" (a sentence naming what was wrong); stats adds
-// "ports" (index, address, ana_state and the PortStats counters, snake_case).
+// "ports" (index, address, removed, ana_state and the PortStats counters, snake_case).
 #pragma once
 
 #include <chrono>
@@ -22,9 +27,9 @@
 
 namespace nvmeof::tools {
 
-/// Carries out one request line against `t` (which has `ports` ports) and returns the answer.
-/// Any thread (Target's methods are).
-std::string answer_target_request(Target& t, size_t ports, std::string_view line);
+/// Carries out one request line against `t` and returns the answer. Any thread (Target's
+/// methods are).
+std::string answer_target_request(Target& t, std::string_view line);
 
 /// Builds the request line of `nvmeof-target ctl PATH WORDS...` (WORDS without PATH). On bad
 /// words returns false with `error` set (a sentence for the user).

@@ -8,9 +8,9 @@
 
 namespace nvmeof::tools {
 
-Result<void> TargetControlServer::start(Target& t, size_t ports, const std::string& path) {
-  auto s = detail::ControlSocket::open(ctx_, path, [&t, ports](std::string_view line) {
-    return answer_target_request(t, ports, line);
+Result<void> TargetControlServer::start(Target& t, const std::string& path) {
+  auto s = detail::ControlSocket::open(ctx_, path, [&t](std::string_view line) {
+    return answer_target_request(t, line);
   });
   if (!s) return s.error();
   sock_ = std::move(*s);

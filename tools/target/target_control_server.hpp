@@ -22,7 +22,7 @@ class TargetControlServer {
 
   /// Opens the socket at `path` and starts serving `t` (which must outlive stop()). Errors as
   /// ControlSocket::open. Main thread.
-  Result<void> start(Target& t, size_t ports, const std::string& path);
+  Result<void> start(Target& t, const std::string& path);
   /// Closes the socket (the file goes) and joins the thread. Idempotent. Main thread.
   void stop();
 
