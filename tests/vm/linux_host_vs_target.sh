@@ -1,6 +1,7 @@
 #!/bin/sh
 # Linux's NVMe/TCP host against OUR embedded target (tools/nvmeof-target) in the guest:
-# discovery lists both ports, nvme connect with digests off and on gives live controllers,
+# discovery lists both ports, and a port added at run time (nvmeof-target ctl add-port) then
+# removed comes and goes in it; nvme connect with digests off and on gives live controllers,
 # a stamped pattern written with O_DIRECT through one controller reads back intact through
 # both, nvme ana-log shows the states the target was started with, and disconnect is clean.
 # Run it with: tests/vm/vm_run.sh tests/vm/linux_host_vs_target.sh build-dir/tools/nvmeof-target
@@ -28,7 +29,8 @@ $IP -4 addr show dev lo | grep -q "inet $ADDR/" || fail "cannot add $ADDR to lo"
 
 # Port index 1 (the second --listen) is ANA group 2.
 "$target" --listen "$ADDR:4420" --listen "$ADDR:4421" --nqn "$OUR_NQN" --size 64M \
-    --ana 0=optimized --ana 1=non-optimized --log >"$work/target.out" 2>"$work/target.err" &
+    --ana 0=optimized --ana 1=non-optimized --control "$work/ctl.sock" --log \
+    >"$work/target.out" 2>"$work/target.err" &
 tpid=$!
 w=100
 until grep -q 'nsid 1:' "$work/target.out" 2>/dev/null; do
@@ -50,6 +52,20 @@ entries=$(awk '/^trsvcid:/ {s=$2} /^subnqn:/ {n=$2} /^traddr:/ {print s, n, $2}'
 for p in 4420 4421; do
     echo "$entries" | grep -qx "$p $OUR_NQN $ADDR" || fail "discovery does not list $OUR_NQN at $ADDR:$p"
 done
+
+discover_entries() {
+    nvme discover -t tcp -a "$ADDR" -s 4420 >"$work/discover.txt" 2>&1 || {
+        cat "$work/discover.txt"
+        fail "nvme discover -t tcp -a $ADDR -s 4420"
+    }
+    awk '/^trsvcid:/ {s=$2} /^subnqn:/ {n=$2} /^traddr:/ {print s, n, $2}' "$work/discover.txt"
+}
+step "a port added at run time is in Linux's discovery, removed it is not"
+"$target" ctl "$work/ctl.sock" add-port "$ADDR:4422" || fail "nvmeof-target ctl add-port $ADDR:4422"
+discover_entries | grep -qx "4422 $OUR_NQN $ADDR" || { cat "$work/discover.txt"; fail "discovery does not list the added port 4422"; }
+"$target" ctl "$work/ctl.sock" remove-port 2 || fail "nvmeof-target ctl remove-port 2"
+discover_entries | grep -q "^4422 " && { cat "$work/discover.txt"; fail "discovery still lists the removed port 4422"; }
+discover_entries | grep -qx "4421 $OUR_NQN $ADDR" || fail "discovery lost port 4421"
 
 # A stamped pattern: every 4 KiB block names its LBA and the pass that wrote it.
 pattern() { # <file> <pass>
