@@ -281,8 +281,9 @@ class Volume {
   /// background (reconnecting with backoff while it cannot) and takes its share of the I/O once
   /// live; the call returns its path index at once. A path belongs to the subsystem's shared
   /// controllers, so every volume open on them (the same subsystem, paths and settings) gains
-  /// it. A path removed earlier comes back under its old index. Errors: EEXIST (already a path),
-  /// EBUSY (it is being removed), ENOSPC (kMaxPaths paths have been used),
+  /// it. A path removed earlier comes back under its old index; a new one takes a new index, or,
+  /// once kMaxPaths have been used, the index of a removed one. Errors: EEXIST (already a path),
+  /// EBUSY (it is being removed), ENOSPC (kMaxPaths paths at once),
   /// Errc::invalid_argument (an io_uring passthrough path on an engine without big ring entries).
   /// Not from a reactor thread (a completion callback): EDEADLK.
   Result<int> add_path(const TransportAddress& addr);
@@ -294,7 +295,7 @@ class Volume {
   /// no_path_timeout plus its write-fence bound; it goes on being removed), EDEADLK from a
   /// reactor thread or the engine's control thread.
   Result<void> remove_path(const TransportAddress& addr);
-  /// The most paths a subsystem's controllers may ever have had (added ones included).
+  /// The most paths a subsystem's controllers may have at once.
   static constexpr unsigned kMaxPaths = 16;
 
   /// Changes the path selector; safe while I/O runs.

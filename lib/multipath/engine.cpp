@@ -370,7 +370,7 @@ HostStats Host::stats() const {
       if (sp->state.load(std::memory_order_relaxed) == PathState::removed) continue;
       HostControllerStats c;
       c.subnqn = sub->opts_.connect.subnqn;
-      c.address = sp->addr.to_string();
+      c.address = sp->address().to_string();
       if (auto ctrl = sp->endpoint()) c.cntlid = ctrl->info().cntlid;
       c.state = sp->state.load(std::memory_order_relaxed);
       c.volumes = vols;

@@ -860,6 +860,15 @@ void Lane::add_path_slot(int p, int distance) {
   if (i >= views_.size()) views_.resize(i + 1);
   views_[i] = PathView{};
   views_[i].distance = distance;
+  // A slot taken again (the same address back, or another): its measurements and counters are
+  // the new path's from here on.
+  auto& lp = *paths_[i];
+  lp.latency_ns = lp.bytes_per_ns = lp.drain_bytes_per_ns = 0;
+  lp.error_streak = 0;
+  for (auto* c : {&lp.ios, &lp.bytes, &lp.errors, &lp.retries, &lp.hedges, &lp.hedge_wins, &lp.read_ios,
+                  &lp.read_bytes, &lp.write_ios, &lp.write_bytes})
+    c->store(0, std::memory_order_relaxed);
+  lp.latency = LatencyHistogram{};
 }
 
 void Lane::drain_path(int p) {

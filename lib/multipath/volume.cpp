@@ -61,7 +61,7 @@ SubsystemPaths::SubsystemPaths(std::shared_ptr<Host> host, const VolumeOptions& 
     if (i == kMaxPaths) break;  // open() refuses more
     auto sp = std::make_unique<SharedPath>();
     sp->index = static_cast<int>(i);
-    sp->addr = a;
+    sp->set_address(a);
     paths_[i++] = std::move(sp);
   }
   npaths_.store(i, std::memory_order_release);
@@ -157,7 +157,7 @@ uint64_t SubsystemPaths::no_path_timeout_ns() const noexcept {
 Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseconds timeout) {
   ConnectOptions co = opts_.connect;
   co.connect_timeout = std::min(co.connect_timeout, timeout);
-  auto c = open_endpoint(cp_, sp.addr, co);
+  auto c = open_endpoint(cp_, sp.address(), co);
   if (!c) return c.error();
   std::shared_ptr<PathEndpoint> ctrl = *c;
   const ControllerInfo& ci = ctrl->info();
@@ -173,7 +173,7 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   facts.times = hold_times(ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms,
                            static_cast<uint32_t>(std::max<int64_t>(opts_.fence_bound.count(), 0)));
   facts.can_reset_others = opts_.use_ccr && ctrl->can_reset_others();
-  facts.can_be_reset = opts_.use_ccr && sp.addr.transport != Transport::passthrough;
+  facts.can_be_reset = opts_.use_ccr && sp.address().transport != Transport::passthrough;
   facts.ccrl = ci.ccrl;
   // Every open volume's namespace behind the new controller (one ANA log read for all of them,
   // and kept for the volumes bound later).
@@ -186,7 +186,7 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
     const uint32_t was = ns->on[static_cast<size_t>(sp.index)].nsid.load();
     if (auto r = bind_path(*ns, sp, *ctrl, 0, log ? &*log : nullptr); !r) {
       ns->on[static_cast<size_t>(sp.index)].nsid.store(0);
-      nvmeof::detail::log_warning("nvmeof: path %s: namespace %u: %s\n", sp.addr.to_string().c_str(), was,
+      nvmeof::detail::log_warning("nvmeof: path %s: namespace %u: %s\n", sp.address().to_string().c_str(), was,
                                   r.error().message().c_str());
     }
   }
@@ -200,7 +200,7 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   sp.facts = facts;
   // Said before it bites: a controller whose writes would wait past the failover budget.
   const WriteFenceBound wb =
-      sp.addr.transport == Transport::passthrough
+      sp.address().transport == Transport::passthrough
           ? WriteFenceBound{WriteFenceRule::none, 0}
           : write_fence_bound(facts.times, facts.can_be_reset && facts.can_reset_others && paths_in_use() > 1,
                               ci.cqt_ms != 0);
@@ -208,7 +208,7 @@ Result<void> SubsystemPaths::connect_path(SharedPath& sp, std::chrono::milliseco
   sp.write_fence_rule.store(wb.rule);
   if (wb.ms > kFailoverBudgetMs && !sp.write_fence_logged.exchange(true))
     nvmeof::detail::log_warning("nvmeof: path %s: after a failure its writes may wait up to %llu ms to move: %s\n",
-                                sp.addr.to_string().c_str(), static_cast<unsigned long long>(wb.ms),
+                                sp.address().to_string().c_str(), static_cast<unsigned long long>(wb.ms),
                                 explain(wb, ctrl->kato_ms(), ci.traffic_based_keep_alive(), ci.cqt_ms).c_str());
   sp.quiesce_ns.store(facts.times.quiesce_ns);
   std::lock_guard lock(sp.ctrl_mu);
@@ -316,7 +316,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
   if (opts_.paths.size() > kMaxPaths)
     return {Errc::invalid_argument, "more than " + std::to_string(kMaxPaths) + " paths"};
   for (const auto& sp : paths())
-    if (sp->addr.transport == Transport::passthrough && !host_->options().big_entries)
+    if (sp->address().transport == Transport::passthrough && !host_->options().big_entries)
       return Errc::invalid_argument;  // its commands need the engine's big ring entries
   open_ns_ = Reactor::clock_ns();
   FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max};
@@ -333,7 +333,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
         std::lock_guard lock(sp->error_mu);
         sp->last_connect_error = r.error().message();
       }
-      nvmeof::detail::log_warning("nvmeof: path %s: %s (will retry)\n", sp->addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: %s (will retry)\n", sp->address().to_string().c_str(),
                    r.error().message().c_str());
       continue;
     }
@@ -370,7 +370,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
   for (auto& sp : paths()) {
     if (sp->state.load() != PathState::live) continue;
     if (auto r = attach_all(sp->index, 0, kAttachTimeout); !r)
-      nvmeof::detail::log_warning("nvmeof: path %s: I/O queues: %s\n", sp->addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: I/O queues: %s\n", sp->address().to_string().c_str(),
                    r.error().message().c_str());
   }
 
@@ -459,7 +459,7 @@ Result<void> SubsystemPaths::attach_all(int path, uint32_t generation, std::chro
     Lane* lane = l.get();
     auto q = sp.ctrl->prepare_io_queue(lane->reactor(), opts_.connect.io_queue_depth, lane->node());
     if (!q) {
-      nvmeof::detail::log_warning("nvmeof: path %s: I/O queue for reactor: %s\n", sp.addr.to_string().c_str(),
+      nvmeof::detail::log_warning("nvmeof: path %s: I/O queue for reactor: %s\n", sp.address().to_string().c_str(),
                    q.error().message().c_str());
       if (result) result = q.error();
       continue;
@@ -599,7 +599,7 @@ bool SubsystemPaths::report_path_failure(int path, uint32_t generation, std::str
     // The lanes stop choosing the path the moment the state says failed.
     if (!machine_->on_failure(path, generation, loss, detect_ns)) return;
     s.failovers.fetch_add(1);
-    nvmeof::detail::log_warning("nvmeof: path %s failed: %s\n", s.addr.to_string().c_str(), cause.c_str());
+    nvmeof::detail::log_warning("nvmeof: path %s failed: %s\n", s.address().to_string().c_str(), cause.c_str());
   });
   return true;
 }
@@ -659,12 +659,12 @@ void SubsystemPaths::start_ccr(int failed, int via, uint32_t generation) {
     const double ms = static_cast<double>(Reactor::clock_ns() - t0) / 1e6;
     if (r)
       nvmeof::detail::log_warning("nvmeof: path %s: controller %u reset through path %s in %.1f ms\n",
-                   paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(), impacted.cntlid,
-                   paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), ms);
+                   paths_[static_cast<size_t>(failed)]->address().to_string().c_str(), impacted.cntlid,
+                   paths_[static_cast<size_t>(via)]->address().to_string().c_str(), ms);
     else
       nvmeof::detail::log_warning("nvmeof: path %s: cross-controller reset through path %s: %s\n",
-                   paths_[static_cast<size_t>(failed)]->addr.to_string().c_str(),
-                   paths_[static_cast<size_t>(via)]->addr.to_string().c_str(), r.error().message().c_str());
+                   paths_[static_cast<size_t>(failed)]->address().to_string().c_str(),
+                   paths_[static_cast<size_t>(via)]->address().to_string().c_str(), r.error().message().c_str());
     boost::asio::post(ctx_, [this, failed, via, generation, ok = r.has_value()] {
       if (!stopping_.load()) machine_->on_ccr_done(failed, via, generation, ok);
     });
@@ -722,7 +722,7 @@ void SubsystemPaths::publish_live(int path, uint32_t generation) {
     }
     sp.event.store(-1);
   }
-  nvmeof::detail::log_info("nvmeof: path %s reconnected\n", sp.addr.to_string().c_str());
+  nvmeof::detail::log_info("nvmeof: path %s reconnected\n", sp.address().to_string().c_str());
   watch_controller(path);
 }
 
@@ -738,7 +738,7 @@ void SubsystemPaths::refresh_namespaces(int path) {
   // Reading the list also lets the controller send the next such event.
   auto changed = ctrl->changed_namespaces();
   if (!changed) {
-    nvmeof::detail::log_warning("nvmeof: path %s: changed namespace list: %s\n", sp.addr.to_string().c_str(),
+    nvmeof::detail::log_warning("nvmeof: path %s: changed namespace list: %s\n", sp.address().to_string().c_str(),
                                 changed.message().c_str());
     return;
   }
@@ -930,35 +930,51 @@ Result<int> SubsystemPaths::add_path(const TransportAddress& addr) {
     return {Errc::invalid_argument, "an io_uring passthrough path needs an engine made with big_entries"};
   std::lock_guard lock(paths_mu_);
   if (stopping_.load()) return Errc::not_connected;
-  size_t slot = kMaxPaths;
+  size_t slot = kMaxPaths, free = kMaxPaths;
   const auto slots = paths();
   for (const auto& sp : slots) {
-    if (!same_address(sp->addr, addr)) continue;
     const PathState st = sp->state.load();
+    if (st == PathState::removed && free == kMaxPaths) free = static_cast<size_t>(sp->index);
+    if (!same_address(sp->address(), addr)) continue;
     if (st == PathState::draining) return {errno_code(EBUSY), addr.to_string() + " is being removed"};
     if (st != PathState::removed) return {errno_code(EEXIST), addr.to_string() + " is already a path"};
-    slot = static_cast<size_t>(sp->index);
+    slot = static_cast<size_t>(sp->index);  // added back: its old index
   }
-  if (slot == kMaxPaths) {
-    if (slots.size() == kMaxPaths)
-      return {errno_code(ENOSPC), "the subsystem has had " + std::to_string(kMaxPaths) + " paths"};
-    // A new slot: made whole (its SharedPath, a LanePath on every lane, its place) before
-    // npaths_ publishes it.
+  if (slot == kMaxPaths && slots.size() < kMaxPaths) {
+    // A new slot: made whole (its SharedPath, a LanePath on every lane) before npaths_
+    // publishes it.
     slot = slots.size();
     auto sp = std::make_unique<SharedPath>();
     sp->index = static_cast<int>(slot);
-    sp->addr = addr;
-    sp->numa_node = place_path(topology_, addr, sp->index).node;
+    sp->set_address(addr);
     paths_[slot] = std::move(sp);
     for (auto& l : lanes_) l->make_path(slot);
     npaths_.store(slot + 1, std::memory_order_release);
   }
+  if (slot == kMaxPaths) slot = free;  // every slot used once: a removed path's is taken again
+  if (slot == kMaxPaths)
+    return {errno_code(ENOSPC), "the subsystem has " + std::to_string(kMaxPaths) + " paths"};
   SharedPath& sp = *paths_[slot];
+  // A path taken again starts afresh: another address, or the same one back, has none of the
+  // old connection's history.
+  sp.set_address(addr);
+  sp.numa_node.store(place_path(topology_, addr, sp.index).node);
+  sp.failovers.store(0);
+  sp.reconnects.store(0);
+  sp.connect_failures.store(0);
+  sp.keep_alives.store(0);
+  sp.write_fence_ms.store(0);
+  sp.write_fence_rule.store(WriteFenceRule::unknown);
+  sp.write_fence_logged.store(false);
+  {
+    std::lock_guard elock(sp.error_mu);
+    sp.last_connect_error.clear();
+  }
   // Under paths_mu_ with the check above: a second add of the address sees connecting.
   sp.state.store(PathState::connecting, std::memory_order_release);
   for (size_t l = 0; l < lanes_.size(); ++l) {
     Lane* lane = lanes_[l].get();
-    lane->post([lane, slot, d = distance_to(l, sp.numa_node)] { lane->add_path_slot(static_cast<int>(slot), d); });
+    lane->post([lane, slot, d = distance_to(l, sp.numa_node.load())] { lane->add_path_slot(static_cast<int>(slot), d); });
   }
   // Every bound volume looks for its namespace behind the new controller when it connects
   // (connect_path); the machine starts that connect and brings the path live.
@@ -978,7 +994,7 @@ Result<void> SubsystemPaths::remove_path(const TransportAddress& addr) {
   {
     std::lock_guard lock(paths_mu_);
     for (const auto& sp : paths())
-      if (same_address(sp->addr, addr) && sp->state.load() != PathState::removed) {
+      if (same_address(sp->address(), addr) && sp->state.load() != PathState::removed) {
         slot = sp->index;
         fence_ms = sp->write_fence_ms.load();
       }
@@ -1004,7 +1020,7 @@ void SubsystemPaths::start_remove(int path, std::function<void()> done) {
   if (done) sp.on_removed.push_back(std::move(done));
   if (sp.retiring) return;
   sp.retiring = true;
-  nvmeof::detail::log_info("nvmeof: path %s: removing\n", sp.addr.to_string().c_str());
+  nvmeof::detail::log_info("nvmeof: path %s: removing\n", sp.address().to_string().c_str());
   machine_->remove_path(path);
 }
 
@@ -1048,7 +1064,7 @@ void SubsystemPaths::removed(int path) {
     ctrl = std::move(sp.ctrl);
   }
   if (ctrl) post_blocking([ctrl] { ctrl->close(); });
-  nvmeof::detail::log_info("nvmeof: path %s removed\n", sp.addr.to_string().c_str());
+  nvmeof::detail::log_info("nvmeof: path %s removed\n", sp.address().to_string().c_str());
   auto waiters = std::move(sp.on_removed);
   sp.on_removed.clear();
   for (auto& f : waiters) f();
@@ -1062,7 +1078,7 @@ void SubsystemPaths::apply_discovered(const std::vector<DiscoveryEntry>& entries
   const auto slots = paths();
   for (const auto& a : listed) {
     const bool known = std::any_of(slots.begin(), slots.end(), [&](const auto& sp) {
-      return same_address(sp->addr, a) && sp->state.load() != PathState::removed;
+      return same_address(sp->address(), a) && sp->state.load() != PathState::removed;
     });
     if (known) continue;
     nvmeof::detail::log_info("nvmeof: discovery lists %s for %s: adding the path\n", a.to_string().c_str(),
@@ -1071,7 +1087,7 @@ void SubsystemPaths::apply_discovered(const std::vector<DiscoveryEntry>& entries
       nvmeof::detail::log_warning("nvmeof: path %s: %s\n", a.to_string().c_str(), r.message().c_str());
   }
   for (const auto& sp : paths()) {
-    const std::string addr = sp->addr.to_string();
+    const std::string addr = sp->address().to_string();
     if (sp->state.load() == PathState::removed) continue;
     const bool listed_now = std::find(now.begin(), now.end(), addr) != now.end();
     const bool listed_before = std::find(discovered_.begin(), discovered_.end(), addr) != discovered_.end();

@@ -44,9 +44,10 @@
 
 namespace nvmeof::detail {
 
-/// Path slots of a subsystem: the paths it opened with, then the ones added at run time. A slot
-/// is never freed (a removed path keeps its index, and takes it again when added back), so the
-/// per-path tables can be sized once and read by other threads without a lock.
+/// Path slots of a subsystem: the paths it opened with, then the ones added at run time. The
+/// tables are sized once so that other threads read them without a lock; a removed path keeps
+/// its slot (and takes it again when added back) until every slot has been used, then a new
+/// path takes a removed one's (its address changes under SharedPath::addr_mu).
 inline constexpr size_t kMaxPaths = Volume::kMaxPaths;
 
 /// One path (one controller) as the whole subsystem sees it, for every volume on it.
@@ -61,8 +62,17 @@ inline constexpr size_t kMaxPaths = Volume::kMaxPaths;
 /// at once: a path has one connect or CCR task at a time).
 struct SharedPath {
   int index = 0;
-  TransportAddress addr;  ///< set before the slot is published (SubsystemPaths::paths())
-  int numa_node = kUnknownNode;  ///< the path's node (placement), set with addr
+  /// Where the path leads. A removed slot may be taken by another address (add_path), so it is
+  /// read through address() (a copy under addr_mu) and changed only by set_address.
+  TransportAddress address() const {
+    std::lock_guard lock(addr_mu);
+    return addr;
+  }
+  void set_address(const TransportAddress& a) {
+    std::lock_guard lock(addr_mu);
+    addr = a;
+  }
+  std::atomic<int> numa_node{kUnknownNode};  ///< the path's node (placement), set with the address
   std::atomic<PathState> state{PathState::connecting};
   std::atomic<AnaState> ana{AnaState::optimized};
   std::atomic<uint32_t> generation{0};
@@ -108,6 +118,10 @@ struct SharedPath {
   const PathEndpoint* ana_log_of = nullptr;
   mutable std::mutex error_mu;
   std::string last_connect_error;  ///< guarded by error_mu: why the last (re)connect failed
+
+ private:
+  mutable std::mutex addr_mu;
+  TransportAddress addr;  // addr_mu
 };
 
 class SubsystemPaths;

@@ -11,8 +11,8 @@ void SubsystemPaths::plan_placement() {
   placement_ = h.placement;
   placement_.paths.clear();
   for (const auto& sp : paths()) {
-    placement_.paths.push_back(place_path(topology_, sp->addr, sp->index));
-    sp->numa_node = placement_.paths.back().node;
+    placement_.paths.push_back(place_path(topology_, sp->address(), sp->index));
+    sp->numa_node.store(placement_.paths.back().node);
   }
   for (auto& r : placement_.reactors) {
     r.distances.clear();

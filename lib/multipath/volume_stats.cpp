@@ -91,7 +91,7 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     if (sp.state.load() == PathState::removed) continue;  // gone: its index stays unused
     PathStats ps;
     ps.index = static_cast<int>(p);
-    ps.address = sp.addr.to_string();
+    ps.address = sp.address().to_string();
     ps.state = sp.state.load();
     ps.ana_state = ns.on[p].ana.load();
     ps.ana_group = ns.on[p].anagrpid.load();
@@ -107,12 +107,12 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     ps.cqt_ms = sp.cqt_ms;
     ps.write_fence_ms = sp.write_fence_ms.load(std::memory_order_relaxed);
     ps.write_fence_rule = to_string(sp.write_fence_rule.load(std::memory_order_relaxed));
-    ps.transport = sp.addr.transport == Transport::tcp    ? "tcp"
-                   : sp.addr.transport == Transport::rdma ? "rdma"
+    ps.transport = sp.address().transport == Transport::tcp    ? "tcp"
+                   : sp.address().transport == Transport::rdma ? "rdma"
                                                           : "passthrough";
-    ps.traddr = sp.addr.traddr;
-    ps.trsvcid = sp.addr.trsvcid;
-    ps.numa_node = sp.numa_node;
+    ps.traddr = sp.address().traddr;
+    ps.trsvcid = sp.address().trsvcid;
+    ps.numa_node = sp.numa_node.load();
     LatencyHistogram h;
     for (size_t l = 0; l < v.lanes_.size(); ++l) {
       auto& lp = v.lanes_[l]->path(static_cast<int>(p));

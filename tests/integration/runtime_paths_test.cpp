@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
@@ -186,4 +187,41 @@ TEST_CASE("every path of a volume removed: I/O waits, and a path added back carr
   REQUIRE(rig.vol->add_path(rig.addr(1)));
   REQUIRE(completes_more(w, 200));  // the I/O that waited (within no_path_timeout) went on
   finish_clean(w);
+}
+
+TEST_CASE("paths come and go past kMaxPaths addresses: a new one takes a removed one's index", "[paths]") {
+  Rig rig(2);
+  VerifiedWorkload w(*rig.vol, 8);
+  start_moving(w);
+  std::set<int> indexes;
+  for (unsigned i = 0; i < Volume::kMaxPaths + 4; ++i) {
+    TransportAddress a;
+    a.traddr = "127.0.0.1";
+    a.trsvcid = std::to_string(2 + i);  // nothing listens: refused, retried in the background
+    auto added = rig.vol->add_path(a);
+    INFO("round " << i << ": " << added.message());
+    REQUIRE(added);
+    indexes.insert(*added);
+    REQUIRE(rig.vol->remove_path(a));
+  }
+  CHECK(indexes.size() <= Volume::kMaxPaths);
+  // At once, no more than kMaxPaths: the 17th live path is refused.
+  std::vector<TransportAddress> held;
+  for (unsigned i = 0; i < Volume::kMaxPaths - 2; ++i) {
+    TransportAddress a;
+    a.traddr = "127.0.0.1";
+    a.trsvcid = std::to_string(100 + i);
+    REQUIRE(rig.vol->add_path(a));
+    held.push_back(a);
+  }
+  TransportAddress one_more;
+  one_more.trsvcid = "99";
+  auto refused = rig.vol->add_path(one_more);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == std::errc::no_space_on_device);
+  for (const auto& a : held) REQUIRE(rig.vol->remove_path(a));
+  REQUIRE(completes_more(w, 200));
+  finish_clean(w);
+  const auto s = rig.vol->stats();
+  CHECK(s.paths.size() == 2);  // the two it opened with, carrying on
 }
