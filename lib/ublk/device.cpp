@@ -165,7 +165,15 @@ class Queue {
 
   static void on_done(VolumeIo& io, NvmeStatus st) noexcept {
     Tag& t = *static_cast<Tag*>(io.user);
-    t.q->commit(t, st.is_success() ? t.ok_result : -EIO);
+    int result = t.ok_result;
+    if (!st.is_success()) {
+      // A Write Zeroes or deallocate the namespace refuses for good (DNR: e.g. a target whose
+      // backing store cannot zero a range) is "not supported" to the block layer, which then
+      // stops sending it and writes zeroes itself; any other failure is an I/O error.
+      const bool optional = io.op == IoOp::write_zeroes || io.op == IoOp::dsm;
+      result = optional && st.dnr() ? -EOPNOTSUPP : -EIO;
+    }
+    t.q->commit(t, result);
   }
 
   void commit(Tag& t, int result) noexcept {
