@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "core/log.hpp"
 #include "multipath/engine.hpp"
@@ -99,6 +100,7 @@ class Queue {
     DsmRange range{};
     VolumeIo io;
   };
+  static_assert(std::is_standard_layout_v<Tag>, "a CQE's IoHandler* is its Tag's address");
 
   static void on_cqe(IoHandler* self, const io_uring_cqe& cqe) noexcept {
     Tag& t = *reinterpret_cast<Tag*>(self);
@@ -327,8 +329,9 @@ Result<std::unique_ptr<Device>> Device::create(std::shared_ptr<Host> host, Volum
   const auto r = opts.recover_id >= 0 ? step((*ctl)->end_recovery(dev->id_, getpid()), "END_USER_RECOVERY")
                                       : step((*ctl)->start(dev->id_, getpid()), "START_DEV");
   if (!r) {
-    dev->stopped_ = true;
-    (void)(*ctl)->stop(dev->id_);
+    // The queues' fetches are with the driver: stop() waits for it to give them back before
+    // their tags go.
+    (void)dev->stop();
     return r.failure();
   }
   return dev;

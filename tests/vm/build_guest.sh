@@ -39,7 +39,7 @@ exec 9>"$dir/.lock"
 flock 9
 
 host_packages=(qemu-system-x86 busybox-static cpio nvme-cli iproute2 kmod
-               rdma-core ibverbs-providers ibverbs-utils fio xz-utils)
+               rdma-core ibverbs-providers ibverbs-utils fio xz-utils e2fsprogs)
 installed=" $(dpkg-query -W -f='${db:Status-Abbrev}${Package}\n' "${host_packages[@]}" 2>/dev/null |
                awk '$1 == "ii" { printf "%s ", $2 }')"
 missing=()
