@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/log.hpp"
+#include "core/node_memory.hpp"
 #include "multipath/engine.hpp"
 #include "nvmeof/command.hpp"
 #include "reactor/reactor.hpp"
@@ -44,7 +45,6 @@ class Queue {
       : er_(er), vol_(vol), q_id_(q_id), depth_(depth), max_io_(max_io), tags_(depth) {}
   ~Queue() {
     if (descs_) munmap(const_cast<ublksrv_io_desc*>(descs_), descs_len_);
-    if (bufs_) munmap(bufs_, bufs_len_);
   }
 
   Result<void> map(int cdev_fd) {
@@ -54,20 +54,19 @@ class Queue {
                    static_cast<off_t>(UBLKSRV_CMD_BUF_OFFSET + q_id_ * kDescStride));
     if (d == MAP_FAILED) return {errno_code(errno), "mmap of queue " + std::to_string(q_id_) + "'s descriptors"};
     descs_ = static_cast<const ublksrv_io_desc*>(d);
-    // Page-aligned buffers, one per tag: the driver copies each request's data to and from it.
-    bufs_len_ = size_t{depth_} * max_io_;
-    void* b = mmap(nullptr, bufs_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (b == MAP_FAILED) {
-      bufs_ = nullptr;
-      return {errno_code(errno), "buffers of queue " + std::to_string(q_id_)};
+    // One buffer per tag, on the reactor's node (huge pages when there are): the driver copies
+    // each request's data to and from it, and the reactor's queue pairs send and receive it.
+    try {
+      bufs_ = detail::NodeBuffer(size_t{depth_} * max_io_, er_.memory_node());
+    } catch (const std::bad_alloc&) {
+      return {errno_code(ENOMEM), "buffers of queue " + std::to_string(q_id_)};
     }
-    bufs_ = b;
     for (unsigned t = 0; t < depth_; ++t) {
       Tag& tag = tags_[t];
       tag.h.fn = &Queue::on_cqe;
       tag.q = this;
       tag.tag = static_cast<uint16_t>(t);
-      tag.buf = static_cast<unsigned char*>(bufs_) + size_t{t} * max_io_;
+      tag.buf = static_cast<unsigned char*>(bufs_.data()) + size_t{t} * max_io_;
     }
     return {};
   }
@@ -221,8 +220,7 @@ class Queue {
   int fd_ = -1;
   const ublksrv_io_desc* descs_ = nullptr;
   size_t descs_len_ = 0;
-  void* bufs_ = nullptr;
-  size_t bufs_len_ = 0;
+  detail::NodeBuffer bufs_;
   std::vector<Tag> tags_;
   std::vector<uint16_t> deferred_;
   std::atomic<unsigned> held_{0};
