@@ -70,8 +70,12 @@ devbytes=$(($(cat "/sys/block/${dev#/dev/}/size") * 512))
 lbs=$(cat "/sys/block/${dev#/dev/}/queue/logical_block_size")
 step "  $dev: $devbytes bytes, logical block $lbs, max_sectors_kb $(cat "/sys/block/${dev#/dev/}/queue/max_sectors_kb")"
 [ "$devbytes" = "$nsbytes" ] || fail "$dev has $devbytes bytes, the namespace $nsbytes"
-# nvmet's file backend takes the block size of the backing file's file system (at most 4 KiB).
-[ "$lbs" = 4096 ] || [ "$lbs" = 512 ] || fail "logical block size $lbs"
+# The namespace's own block size, as the kernel's NVMe host reads it from the same nvmet port.
+c0=$(host_connect_tcp) || fail "kernel host connect to $TCP1"
+wait_path "/sys/block/${c0}n1/queue/logical_block_size" || fail "no ${c0}n1"
+nslbs=$(cat "/sys/block/${c0}n1/queue/logical_block_size")
+host_disconnect_all
+[ "$lbs" = "$nslbs" ] || fail "$dev has logical block size $lbs, the namespace $nslbs"
 
 step "[fio] verified random writes across a reset of path 0 and a partition of path 1"
 fio --name=verify --filename="$dev" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
