@@ -18,6 +18,7 @@
 #include "nvmeof/command.hpp"
 #include "reactor/reactor.hpp"
 #include "ublk/control.hpp"
+#include "ublk/request.hpp"
 #include "ublk/uapi.hpp"
 
 namespace nvmeof::ublk {
@@ -120,61 +121,18 @@ class Queue {
   }
 
   void start_io(Tag& t) noexcept {
-    const ublksrv_io_desc& d = descs_[t.tag];
-    const uint64_t bytes = uint64_t{d.nr_sectors} << 9;
-    const uint64_t offset = d.start_sector << 9;
     VolumeIo& io = t.io;
     io = VolumeIo{};
     io.done = &Queue::on_done;
     io.user = &t;
-    io.slba = offset / block_size_;
-    io.nlb = static_cast<uint32_t>(bytes / block_size_);
-    t.ok_result = 0;
-    switch (ublksrv_get_op(&d)) {
-      case UBLK_IO_OP_READ:
-      case UBLK_IO_OP_WRITE:
-        if (bytes > max_io_) {
-          commit(t, -EINVAL);
-          return;
-        }
-        io.op = ublksrv_get_op(&d) == UBLK_IO_OP_READ ? IoOp::read : IoOp::write;
-        io.buf = t.buf;
-        t.ok_result = static_cast<int32_t>(bytes);
-        break;
-      case UBLK_IO_OP_FLUSH:
-        io.op = IoOp::flush;
-        io.slba = 0;
-        io.nlb = 0;
-        break;
-      case UBLK_IO_OP_DISCARD:
-        // The device's discard limits keep one request inside one range.
-        t.range = DsmRange{0, io.nlb, io.slba};
-        io.op = IoOp::dsm;
-        io.slba = 0;
-        io.nlb = 1;
-        io.buf = &t.range;
-        break;
-      case UBLK_IO_OP_WRITE_ZEROES:
-        io.op = IoOp::write_zeroes;
-        break;
-      default:
-        commit(t, -EOPNOTSUPP);
-        return;
-    }
-    if (const int rc = vol_.submit(io, q_id_); rc < 0) commit(t, rc);
+    int rc = map_request(descs_[t.tag], block_size_, max_io_, t.buf, t.range, io, t.ok_result);
+    if (rc == 0) rc = vol_.submit(io, q_id_);
+    if (rc < 0) commit(t, rc);
   }
 
   static void on_done(VolumeIo& io, NvmeStatus st) noexcept {
     Tag& t = *static_cast<Tag*>(io.user);
-    int result = t.ok_result;
-    if (!st.is_success()) {
-      // A Write Zeroes or deallocate the namespace refuses for good (DNR: e.g. a target whose
-      // backing store cannot zero a range) is "not supported" to the block layer, which then
-      // stops sending it and writes zeroes itself; any other failure is an I/O error.
-      const bool optional = io.op == IoOp::write_zeroes || io.op == IoOp::dsm;
-      result = optional && st.dnr() ? -EOPNOTSUPP : -EIO;
-    }
-    t.q->commit(t, result);
+    t.q->commit(t, commit_result(io.op, st, t.ok_result));
   }
 
   void commit(Tag& t, int result) noexcept {
