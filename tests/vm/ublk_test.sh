@@ -52,7 +52,10 @@ stop_tool() {
     wait "$tool_pid" || { cat /tmp/ublk.err >&2; fail "nvmeof-ublk did not stop cleanly"; }
     [ ! -e "/sys/block/${dev#/dev/}" ] || fail "$dev still there after the stop"
     [ ! -e "/sys/class/ublk-char/ublkc${dev#/dev/ublkb}" ] || fail "ublkc${dev#/dev/ublkb} not deleted"
+    # STOP_DEV gave every fetch back, so DEL_DEV waited for the device to be freed.
+    ! grep -q "kept commands after STOP_DEV" /tmp/ublk.err || fail "the driver kept the queues' commands"
     tail -n 1 /tmp/ublk.err | sed 's/^/ublk_test:   /'
+    : >/tmp/ublk.err
 }
 writes() { awk '{ print $5 }' "/sys/block/${dev#/dev/}/stat"; }
 # wait_writes N PID: until the device has completed N writes, while PID runs.
