@@ -2,6 +2,7 @@
 # nvmeof-ublk in the 6.12 guest: a volume over two paths to nvmet (both through veth pairs from
 # the network namespace $NETNS) served as /dev/ublkbN.
 #   [limits]    the device's size and logical block size are the namespace's
+#   [discard]   a discarded megabyte reads back as zeros (Dataset Management, deallocate)
 #   [fio]       fio --verify=crc32c writes (then reads back and checks) across a reset of path 0
 #               (its nvmet port unlinked and linked again) and a partition of path 1 (its veth
 #               end down): 0 errors, the verification passes
@@ -79,6 +80,19 @@ wait_path "/sys/block/${c0}n1/queue/logical_block_size" || fail "no ${c0}n1"
 nslbs=$(cat "/sys/block/${c0}n1/queue/logical_block_size")
 host_disconnect_all
 [ "$lbs" = "$nslbs" ] || fail "$dev has logical block size $lbs, the namespace $nslbs"
+
+step "[discard] 1 MiB written, then discarded: it reads back as zeros, on the device and in nvmet's file"
+[ "$(cat "/sys/block/${dev#/dev/}/queue/discard_max_bytes")" -gt 0 ] || fail "$dev takes no discard"
+dd if=/dev/urandom of=/tmp/rand bs=1M count=1 2>/dev/null
+dd if=/dev/zero of=/tmp/zero bs=1M count=1 2>/dev/null
+dd if=/tmp/rand of="$dev" bs=1M seek=8 count=1 oflag=direct 2>/dev/null || fail "write $dev"
+dd if="$dev" of=/tmp/back bs=1M skip=8 count=1 iflag=direct 2>/dev/null || fail "read $dev"
+cmp -s /tmp/rand /tmp/back || fail "the megabyte written does not read back"
+blkdiscard -o $((8 << 20)) -l $((1 << 20)) "$dev" || fail "blkdiscard $dev"
+dd if="$dev" of=/tmp/back bs=1M skip=8 count=1 iflag=direct 2>/dev/null || fail "read $dev"
+cmp -s /tmp/zero /tmp/back || fail "the discarded megabyte does not read back as zeros"
+dd if="$NS1_FILE" of=/tmp/back bs=1M skip=8 count=1 2>/dev/null || fail "read $NS1_FILE"
+cmp -s /tmp/zero /tmp/back || fail "nvmet's file still holds the discarded megabyte"
 
 step "[fio] verified random writes across a reset of path 0 and a partition of path 1"
 fio --name=verify --filename="$dev" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
