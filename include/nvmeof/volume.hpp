@@ -259,6 +259,9 @@ class Volume {
   const NamespaceInfo& ns() const noexcept;
   uint32_t block_size() const noexcept;
   uint64_t size_blocks() const noexcept;
+  /// The most bytes one command moves on every path (the smallest MDTS of the paths at open, at
+  /// most 65536 blocks): a larger I/O is split into commands of this size.
+  uint32_t max_transfer() const noexcept;
 
   /// Starts `io`. Returns 0, -EINVAL on a bad request (beyond the namespace, nlb 0), -EAGAIN when
   /// the target reactor's submission ring is full. Never fails for lack of a path: the I/O waits

@@ -1215,6 +1215,9 @@ Result<std::unique_ptr<Volume>> Volume::open_discovered(std::shared_ptr<Host> ho
 const NamespaceInfo& Volume::ns() const noexcept { return impl_->ns_->info; }
 uint32_t Volume::block_size() const noexcept { return impl_->ns_->info.block_size; }
 uint64_t Volume::size_blocks() const noexcept { return impl_->ns_->size_blocks.load(std::memory_order_relaxed); }
+uint32_t Volume::max_transfer() const noexcept {
+  return impl_->ns_->max_blocks_per_cmd * impl_->ns_->info.block_size;
+}
 
 namespace {
 // 0 or -EINVAL: the checks every submission passes before it reaches a lane.

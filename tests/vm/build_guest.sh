@@ -39,7 +39,7 @@ exec 9>"$dir/.lock"
 flock 9
 
 host_packages=(qemu-system-x86 busybox-static cpio nvme-cli iproute2 kmod
-               rdma-core ibverbs-providers ibverbs-utils fio xz-utils)
+               rdma-core ibverbs-providers ibverbs-utils fio xz-utils e2fsprogs)
 installed=" $(dpkg-query -W -f='${db:Status-Abbrev}${Package}\n' "${host_packages[@]}" 2>/dev/null |
                awk '$1 == "ii" { printf "%s ", $2 }')"
 missing=()
@@ -202,6 +202,15 @@ copy_elf /usr/sbin/tc
 copy_elf /usr/bin/rdma
 copy_elf /usr/bin/fio
 copy_elf /bin/bash /usr/bin/bash
+# ext4 on a ublk device (ublk_test.sh): mkfs and fsck.
+if [ -x /sbin/mke2fs ] && [ -x /sbin/e2fsck ]; then
+    copy_elf /sbin/mke2fs /usr/sbin/mke2fs
+    ln -sf mke2fs "$stage/usr/sbin/mkfs.ext4"
+    copy_elf /sbin/e2fsck /usr/sbin/e2fsck
+    [ -f /etc/mke2fs.conf ] && install -D -m 644 /etc/mke2fs.conf "$stage/etc/mke2fs.conf"
+else
+    say "no e2fsprogs on the host: the guest has no mkfs.ext4"
+fi
 # Shebangs of scripts written on the host.
 ln -s /usr/bin/bash "$stage/bin/bash"
 ln -s /bin/busybox "$stage/usr/bin/env"
@@ -233,8 +242,9 @@ fi
 # dependencies of nvme-core and nvmet; the DH and hash algorithms are built in), and the
 # AES-GCM its record layer asks the crypto API for (gcm and ghash are modules, AES and CTR are
 # built in): soft dependencies again, listed by hand.
+# 6.12 also builds the ublk driver (6.1 does not) and ext4 for a file system on a ublk device.
 if [ "$series" = 6.12 ]; then
-    modules+=(tls ghash-generic gcm)
+    modules+=(tls ghash-generic gcm ublk_drv ext4)
 fi
 for m in "${modules[@]}"; do
     modprobe -d "$ktree" -S "$kver" --show-depends "$m" ||
