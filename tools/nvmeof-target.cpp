@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<nvmeof::detail::MetricsExporter> metrics;
   if (!metrics_listen.empty()) {
-    auto m = nvmeof::tools::start_target_metrics(**target, opts.ports.size(), metrics_listen);
+    auto m = nvmeof::tools::start_target_metrics(**target, metrics_listen);
     if (!m) {
       const bool unsupported = m.error() == nvmeof::make_error_code(nvmeof::Errc::unsupported);
       std::fprintf(stderr, "nvmeof-target: --metrics-listen %s: %s\n", metrics_listen.c_str(),

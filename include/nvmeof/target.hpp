@@ -222,6 +222,13 @@ enum class QuiesceMode : uint8_t {
   ignore,  ///< the misbehaving target: executed when the delay ends, even after a CCR
 };
 
+/// A namespace as the target serves it now (Target::namespaces).
+struct TargetNamespaceInfo {
+  uint32_t nsid = 0;
+  uint64_t size_bytes = 0;
+  uint32_t block_size = 0;
+};
+
 /// Counters of one port.
 struct PortStats {
   uint64_t connections = 0;      ///< accepted since start
@@ -327,8 +334,8 @@ class Target {
   /// Adds a port and starts serving on it; returns its index (ports are never renumbered: a
   /// removed one keeps its index). The discovery log gains its entries (GENCTR moves) and every
   /// discovery controller whose host enabled Discovery Log Page Change notices gets one.
-  /// Errors: invalid_argument (a bad ANA state or TLS key, 64 ports used), errno codes of
-  /// bind/listen (EADDRINUSE, EADDRNOTAVAIL).
+  /// Errors: invalid_argument (a bad ANA state or TLS key, 1024 ports added over the target's
+  /// life), errno codes of bind/listen (EADDRINUSE, EADDRNOTAVAIL).
   Result<size_t> add_port(const TargetPort& port);
   /// Removes port `port`: it stops listening and closes its connections (the controllers
   /// reached through it end, as with a pulled cable whose FIN got through), and leaves the
@@ -338,7 +345,9 @@ class Target {
   /// Attaches namespace `ns` to subsystem `nqn`, or detaches namespace `nsid` (new commands to
   /// it complete with Invalid Namespace, those running finish), or grows or shrinks one to
   /// `size_bytes` (the data below both sizes is kept; commands past the new end complete with
-  /// LBA Out of Range). Each change puts the NSID in the Changed Namespace List log of every
+  /// LBA Out of Range; the same size changes nothing). A detached namespace's store is kept
+  /// until the target stops (a command on it may still be running). Each change puts the NSID
+  /// in the Changed Namespace List log of every
   /// controller of the subsystem and sends those whose host enabled Namespace Attribute notices
   /// a Namespace Attribute Changed event (one until the host reads the log). Errors:
   /// invalid_argument (an unknown subsystem or NSID, an NSID in use, a size of 0 or not a
@@ -346,6 +355,10 @@ class Target {
   Result<void> attach_namespace(const std::string& nqn, const TargetNamespace& ns);
   Result<void> detach_namespace(const std::string& nqn, uint32_t nsid);
   Result<void> resize_namespace(const std::string& nqn, uint32_t nsid, uint64_t size_bytes);
+  /// The namespaces subsystem `nqn` serves now, by NSID (empty for an unknown NQN).
+  std::vector<TargetNamespaceInfo> namespaces(const std::string& nqn) const;
+  /// The discovery log's generation counter (GENCTR): 1 at start, one more per port change.
+  uint64_t discovery_generation() const;
   /// Ports, the removed ones included (their indexes stay).
   size_t port_count() const;
   /// Whether port `port` is removed.

@@ -101,7 +101,7 @@ std::vector<uint8_t> whole_log(const AdminContext& ctx, uint8_t lid, uint8_t lsp
       if (!rae) ctx.ctrl.ns_notice_masked = false;
       std::vector<uint8_t> log(4096, 0);
       const auto ids = ctx.ctrl.changed_ns(rae);
-      std::memcpy(log.data(), ids.data(), std::min(ids.size(), size_t{1024}) * 4);
+      if (!ids.empty()) std::memcpy(log.data(), ids.data(), std::min(ids.size(), size_t{1024}) * 4);
       return log;
     }
     case kLogError: return std::vector<uint8_t>(64, 0);

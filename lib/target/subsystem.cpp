@@ -43,7 +43,15 @@ void Subsystem::publish(std::vector<NsStore*> sorted) {
 
 Result<void> Subsystem::attach(const TargetNamespace& cfg) {
   std::lock_guard lock(change_mu_);
-  if (ns(cfg.nsid)) return {Errc::invalid_argument, "namespace " + std::to_string(cfg.nsid) + " is active already"};
+  if (ns(cfg.nsid)) return {Errc::invalid_argument, "namespace " + std::to_string(cfg.nsid) + " is already in use"};
+  if (cfg.nsid == 0 || cfg.nsid == 0xffffffffu)
+    return {Errc::invalid_argument, "nsid " + std::to_string(cfg.nsid) + " is not a namespace ID"};
+  if (cfg.block_size != 512 && cfg.block_size != 4096)
+    return {Errc::invalid_argument, "block size " + std::to_string(cfg.block_size) + " (512 or 4096)"};
+  if (cfg.size_bytes == 0 || cfg.size_bytes % cfg.block_size != 0)
+    return {Errc::invalid_argument, "size " + std::to_string(cfg.size_bytes) +
+                                        " is not a non-zero multiple of the block size (" +
+                                        std::to_string(cfg.block_size) + " bytes)"};
   auto n = NsStore::open(cfg, nqn_);
   if (!n) return n.failure();
   std::vector<NsStore*> sorted = namespaces();

@@ -166,11 +166,25 @@ Result<void> Target::resize_namespace(const std::string& nqn, uint32_t nsid, uin
   target::NsStore* ns = sub->ns(nsid);
   if (!ns) return {Errc::invalid_argument, "namespace " + std::to_string(nsid) + " is not active"};
   if (size_bytes == 0 || size_bytes % ns->block_size() != 0)
-    return {Errc::invalid_argument, "size " + std::to_string(size_bytes) + " is not a non-zero multiple of the " +
-                                        std::to_string(ns->block_size()) + "-byte block"};
+    return {Errc::invalid_argument, "size " + std::to_string(size_bytes) +
+                                        " is not a non-zero multiple of the block size (" +
+                                        std::to_string(ns->block_size()) + " bytes)"};
+  if (size_bytes == ns->size_bytes()) return {};
   if (auto r = ns->resize(size_bytes); !r) return r;
   namespace_changed(*sub, nsid);
   return {};
+}
+
+std::vector<TargetNamespaceInfo> Target::namespaces(const std::string& nqn) const {
+  std::vector<TargetNamespaceInfo> out;
+  target::Subsystem* sub = nvm_subsystem(impl_->core, nqn);
+  if (!sub) return out;
+  for (const target::NsStore* ns : sub->namespaces()) out.push_back({ns->nsid(), ns->size_bytes(), ns->block_size()});
+  return out;
+}
+
+uint64_t Target::discovery_generation() const {
+  return impl_->core.discovery_genctr.load(std::memory_order_acquire);
 }
 
 size_t Target::port_count() const { return impl_->core.ports.size(); }

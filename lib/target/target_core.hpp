@@ -28,7 +28,7 @@ namespace nvmeof::target {
 /// read the slots below it.
 class PortTable {
  public:
-  static constexpr size_t kMax = 64;
+  static constexpr size_t kMax = 1024;
   size_t size() const noexcept { return n_.load(std::memory_order_acquire); }
   bool empty() const noexcept { return size() == 0; }
   Port* operator[](size_t i) const noexcept { return slots_[i].get(); }

@@ -4,9 +4,9 @@
 
 namespace nvmeof::tools {
 
-Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target& t, size_t ports,
-                                                                      const std::string& listen) {
-  return detail::serve_metrics(listen, [&t, ports] {
+Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target& t, const std::string& listen) {
+  return detail::serve_metrics(listen, [&t] {
+    const size_t ports = t.port_count();  // ports added at run time included
     using prometheus::MetricType;
     struct Def {
       const char* name;

@@ -13,7 +13,6 @@ namespace nvmeof::tools {
 
 /// `t` must outlive the exporter. Errors as detail::serve_metrics; Errc::unsupported when built
 /// without metrics support (target_metrics_unavailable.cpp).
-Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target& t, size_t ports,
-                                                                      const std::string& listen);
+Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target& t, const std::string& listen);
 
 }  // namespace nvmeof::tools

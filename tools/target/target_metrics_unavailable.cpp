@@ -3,7 +3,7 @@
 
 namespace nvmeof::tools {
 
-Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target&, size_t, const std::string&) {
+Result<std::unique_ptr<detail::MetricsExporter>> start_target_metrics(Target&, const std::string&) {
   return Errc::unsupported;
 }
 
