@@ -253,6 +253,42 @@ def nbdcopy_in_and_out(tmp):
         target.close()
 
 
+def qemu_block_layer(tmp):
+    """qemu's block layer (qemu-img, qemu-io: the same NBD client qemu-system uses for a drive)
+    reaches the volume: it sees its size, a file converted into it converts back out equal, and
+    a pattern qemu-io writes it reads back."""
+    size = 16 << 20
+    target = Target(tmp, ports=2, size="16M")
+    kit = None
+    try:
+        kit = Nbdkit(tmp, [f"path={a}" for a in target.addresses] + [f"nqn={NQN}"])
+        info = json.loads(run(["qemu-img", "info", "--output=json", kit.uri], 60, "qemu-img info").stdout)
+        if info.get("virtual-size") != size:
+            raise Failure(f"qemu-img sees {info.get('virtual-size')} bytes, not {size}")
+        src = os.path.join(tmp, "src.img")
+        with open(src, "wb") as f:
+            f.write(os.urandom(size))
+        run(["qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", src, kit.uri], 120,
+            "qemu-img convert into the volume")
+        out = os.path.join(tmp, "back.img")
+        run(["qemu-img", "convert", "-f", "raw", "-O", "raw", kit.uri, out], 120,
+            "qemu-img convert out of the volume")
+        if sha256(out) != sha256(src):
+            raise Failure("what qemu-img converted out differs from what it converted in")
+        r = run(["qemu-io", "-f", "raw", "-c", "write -P 0xa7 3M 256k", "-c", "flush",
+                 "-c", "read -P 0xa7 3M 256k", kit.uri], 60, "qemu-io write, flush, read -P")
+        if "Pattern verification failed" in r.stdout + r.stderr:
+            raise Failure(f"qemu-io read back another pattern:\n{r.stdout}")
+        if sum(p["writes"] for p in target.ports()) == 0:
+            raise Failure("the target saw no write")
+        print("qemu: qemu-img sees 16 MiB, converts 16 MiB in and out equal; qemu-io's pattern "
+              "reads back")
+    finally:
+        if kit:
+            kit.close()
+        target.close()
+
+
 def nbdkit_fails(tmp, params, expect, what):
     """nbdkit with `params` exits non-zero within a bound, its stderr containing `expect`."""
     r = subprocess.run(["nbdkit", "--foreground", "--unix", os.path.join(tmp, "bad.sock"),
@@ -307,14 +343,16 @@ def errors(tmp):
     print("errors: each refused with its reason; --help and --dump-plugin as declared")
 
 
-CASES = {"fio-reset": fio_verify_across_resets, "copy": nbdcopy_in_and_out, "errors": errors}
+CASES = {"fio-reset": fio_verify_across_resets, "copy": nbdcopy_in_and_out, "errors": errors,
+         "qemu": qemu_block_layer}
 
 
 def main():
     if len(sys.argv) != 2 or sys.argv[1] not in CASES:
         print(f"usage: {sys.argv[0]} {'|'.join(CASES)}", file=sys.stderr)
         return 2
-    for tool in ("nbdkit", "fio", "nbdcopy"):
+    tools = ("nbdkit", "qemu-img", "qemu-io") if sys.argv[1] == "qemu" else ("nbdkit", "fio", "nbdcopy")
+    for tool in tools:
         if not shutil.which(tool):
             print(f"skipped: {tool} is not installed")
             return 77
