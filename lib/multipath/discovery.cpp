@@ -124,7 +124,6 @@ void DiscoveryWatcher::read_log() {
   }
   if (!ctrl) return;
   auto log = ctrl->discovery_log();
-  log_reads_.fetch_add(1);
   if (!log) {
     // A log whose generation counter never held still, or a malformed one: the last good one
     // stays in force; the controller's next event (or the next connect) reads it again.
@@ -133,6 +132,7 @@ void DiscoveryWatcher::read_log() {
     last_error_ = "log: " + log.message();
     return;
   }
+  log_reads_.fetch_add(1);
   {
     std::lock_guard lock(mu_);
     entries_ = std::move(log->entries);
@@ -145,12 +145,10 @@ void DiscoveryWatcher::read_log() {
 void DiscoveryWatcher::lost(const std::string& why) {
   if (stopping_.load()) return;
   {
+    // The dead controller stays until the next connect replaces it (or stop()): this may run
+    // inside that controller's own failure callback, which must not tear it down under itself.
     std::lock_guard lock(mu_);
     last_error_ = why;
-    if (ctrl_) {
-      ctrl_->disconnect();
-      ctrl_.reset();
-    }
   }
   if (connected_.exchange(false))
     nvmeof::detail::log_warning("nvmeof: discovery %s lost: %s (reconnecting)\n", addr_.to_string().c_str(),

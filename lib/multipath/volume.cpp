@@ -875,7 +875,12 @@ void SubsystemPaths::refresh_ana_now() {
 }
 
 void SubsystemPaths::shutdown() {
-  if (stopping_.exchange(true)) return;
+  {
+    // An add_path in progress (persistent discovery may be adding one) finishes first: it posts
+    // to the lanes, which go below.
+    std::lock_guard lock(paths_mu_);
+    if (stopping_.exchange(true)) return;
+  }
   // Every volume has left (each waited for its own I/O); what a lane still holds finishes first
   // (bounded: a lane gives up after its own drain timeout).
   const uint64_t give_up = Reactor::clock_ns() + no_path_timeout_ns() + 1'000'000'000ull;
