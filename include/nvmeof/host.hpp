@@ -94,6 +94,7 @@ struct HostControllerStats {
   PathState state = PathState::connecting;
   unsigned volumes = 0;  ///< volumes open on it
   uint64_t keep_alives = 0;  ///< Keep Alive commands sent on it (all its associations)
+  double keep_alives_per_s = 0;  ///< as PathStats::keep_alives_per_s
   uint64_t ios = 0;          ///< commands completed on its I/O queues, every volume's
   uint64_t failovers = 0;
   uint64_t reconnects = 0;

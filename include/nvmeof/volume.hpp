@@ -151,10 +151,13 @@ struct PathStats {
   uint64_t hedges = 0;
   uint64_t hedge_wins = 0;
   uint64_t failovers = 0;    ///< times this path failed
+  uint16_t cntlid = 0;  ///< the controller's ID (its current association), 0 before the first
   /// Keep Alive commands its controller has sent (none while I/O completes on a controller with
   /// traffic-based keep-alive).
-  uint16_t cntlid = 0;  ///< the controller's ID (its current association), 0 before the first
   uint64_t keep_alives = 0;
+  /// Of those, how many a second over the last window of about a second (0 while I/O
+  /// completes on a controller with traffic-based keep-alive, about 4 / KATO idle).
+  double keep_alives_per_s = 0;
   uint64_t reconnects = 0;
   /// (Re)connect attempts that failed (retried with backoff), and why the last one did, e.g.
   /// "authentication failed" for a wrong DH-HMAC-CHAP key; empty while none failed.

@@ -375,6 +375,7 @@ HostStats Host::stats() const {
       c.state = sp->state.load(std::memory_order_relaxed);
       c.volumes = vols;
       c.keep_alives = sp->keep_alives.load(std::memory_order_relaxed);
+      c.keep_alives_per_s = sp->keep_alives_per_s.load(std::memory_order_relaxed);
       for (const auto& l : sub->lanes_) c.ios += l->path(sp->index).ios.load(std::memory_order_relaxed);
       c.failovers = sp->failovers.load(std::memory_order_relaxed);
       c.reconnects = sp->reconnects.load(std::memory_order_relaxed);

@@ -32,6 +32,12 @@ inline void (*g_io_trace_for_test)(const VolumeIo& io, IoTraceEvent ev, int path
 /// thread used meanwhile: little CPU means the thread was not run (or slept), much means a turn
 /// itself took that long. Same rules as g_io_trace_for_test.
 inline void (*g_lane_gap_for_test)(int lane, uint64_t from_ns, uint64_t to_ns, uint64_t cpu_ns) = nullptr;
+/// When set, called on a lane's thread at the start of each of its turns: a test holds the lane
+/// up there, as a loaded host would. Same rules as g_io_trace_for_test.
+inline void (*g_lane_turn_for_test)(int lane) = nullptr;
+/// The negative control of the lane-stall rule (kLaneStallNs in lane.cpp): while true, a lane
+/// that was not run for a while counts that time as its paths' silence, as it once did.
+inline bool g_no_stall_rule_for_test = false;
 /// When set, called on the thread in Volume::stats() each time it starts waiting for a lane that
 /// has not answered yet, with the deadline of that wait: a stats() call that waits once for all
 /// its held-up lanes reports the same deadline for each of them. Set and cleared while no

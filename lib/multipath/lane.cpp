@@ -34,10 +34,13 @@ constexpr size_t kAttemptsPerLane = 4096;
 // far below any keep-alive period (KATO / 4, at least 25 ms), rare enough to cost nothing.
 constexpr uint64_t kTrafficNoteNs = 1'000'000;
 // Slow is not dead: a path whose oldest command is past the deadline while it completes nothing
-// gets its reads hedged elsewhere and a probe; it is failed only once it has been silent this
-// long (the failover budget), so a path answering within 40 ms is never failed for being slow.
-// With an explicit io_deadline: twice that deadline.
-constexpr uint64_t kDeadSilenceNs = 50'000'000;
+// gets its reads hedged elsewhere and a probe; it is failed only once it has been silent for
+// dead_silence_ns() (35 ms holding writes, 50 ms with reads only), so a path answering within
+// 30 ms is never failed for being slow.
+// A lane that was not run for this long (its reactor wakes at least every millisecond while
+// commands are out) was held up by its host, not by its paths: the silence of every path
+// counts again from that turn (ARCHITECTURE.md, "Failover budget").
+constexpr uint64_t kLaneStallNs = 5'000'000;
 // A command's deadline grows with the data ahead of it and its own (a 1 MiB read behind 31
 // others is healthy long after 25 ms): that many bytes at half the path's measured drain rate
 // (a loaded host drains slower than it did a moment ago), at kUnknownDrainRate before anything
@@ -726,8 +729,13 @@ void Lane::on_probe(IoRequest& req, const Cqe& cqe) noexcept {
 }
 
 uint64_t Lane::dead_after_ns(const LanePath& lp) const noexcept {
-  if (sub_.opts_.io_deadline.count() > 0) return 2 * deadline_ns(lp);
-  return kDeadSilenceNs;
+  // Asked only for a path past its deadline (rare), so the walk over its commands costs nothing
+  // on the I/O path. An abandoned attempt's I/O may be gone: it holds nothing of the caller's.
+  bool writes = false;
+  for (const Attempt* a = lp.inflight.head; a && !writes; a = a->next)
+    writes = !a->abandoned && a->io->op != IoOp::read;
+  const uint64_t explicit_ns = sub_.opts_.io_deadline.count() > 0 ? deadline_ns(lp) : 0;
+  return dead_silence_ns(writes, explicit_ns);
 }
 
 // Past the deadline (judge_deadline): expired reads are hedged on another usable path; a lost
@@ -910,6 +918,8 @@ Result<void> Lane::attach_prepared(int p, uint32_t generation, PreparedQueue& pq
 }
 
 int Lane::turn() noexcept {
+  if (g_lane_turn_for_test) [[unlikely]]
+    g_lane_turn_for_test(index_);
   int events = 0;
   while (VolumeIo* io = ring_.pop()) {
     dequeued_.store(dequeued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -917,6 +927,8 @@ int Lane::turn() noexcept {
     ++events;
   }
   const uint64_t now = Reactor::clock_ns();
+  if (turn_ns_ && now - turn_ns_ > kLaneStallNs && !g_no_stall_rule_for_test)
+    all_silent_ns_ = now;  // held up by the host: not the paths' silence
   turn_ns_ = now;
   if (g_lane_gap_for_test) [[unlikely]] {
     const uint64_t cpu = cpu_ns();

@@ -17,6 +17,11 @@ const char* to_string(DeadlineVerdict v) noexcept {
   return "unknown";
 }
 
+uint64_t dead_silence_ns(bool holds_writes, uint64_t explicit_deadline_ns) noexcept {
+  if (explicit_deadline_ns > 0) return 2 * explicit_deadline_ns;
+  return holds_writes ? kWriteDeadSilenceNs : kReadDeadSilenceNs;
+}
+
 DeadlineVerdict judge_deadline(const DeadlineFacts& f) noexcept {
   // `now` is the turn's clock; completions and issues stamped during the turn may be newer.
   auto since = [&](uint64_t t) { return f.now_ns > t ? f.now_ns - t : 0; };

@@ -84,6 +84,17 @@ struct DeadlineFacts {
   OtherPath other = OtherPath::none;
 };
 
+/// The failover budget's share for detection (ARCHITECTURE.md, "Failover budget"): how long a
+/// probed path may stay silent before it is failed. A path holding writes: kWriteDeadSilenceNs,
+/// since its writes move only after detection and then the fence, and both must fit in the
+/// 50 ms with the resubmission. One holding only reads: kReadDeadSilenceNs, since its reads are
+/// hedged at the base deadline already, so failing it sooner would gain its reads nothing and
+/// fail more slow-but-alive paths. With an explicit io_deadline (`explicit_deadline_ns` > 0):
+/// twice that deadline, either way.
+inline constexpr uint64_t kWriteDeadSilenceNs = 35'000'000;
+inline constexpr uint64_t kReadDeadSilenceNs = 50'000'000;
+uint64_t dead_silence_ns(bool holds_writes, uint64_t explicit_deadline_ns) noexcept;
+
 /// A lost command fails the path whatever else is usable (it would wait forever); otherwise a
 /// path is failed only when another is usable and it has been silent past `dead_after_ns` (its
 /// probe went out when the silence passed `silence_ns` and got no answer either, since any

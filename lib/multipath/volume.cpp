@@ -23,6 +23,26 @@ constexpr uint32_t kMaxPiecesPerIo = 1024;
 constexpr std::chrono::milliseconds kReconnectTimeout{500};
 constexpr std::chrono::milliseconds kAttachTimeout{3000};
 constexpr std::chrono::milliseconds kAnaPollPeriod{200};
+// The keep-alive rate in the stats is the count over windows at least this long: a few
+// ana_poll() periods, so one keep-alive more or less in a window moves it little.
+constexpr uint64_t kKeepAliveRateWindowNs = 1'000'000'000;
+
+// Closes the path's keep-alive window once it is long enough and publishes its rate. A count
+// that went down belongs to a new controller: its whole count is this window's.
+void note_keep_alive_rate(SharedPath& sp, uint64_t now) {
+  const uint64_t count = sp.keep_alives.load(std::memory_order_relaxed);
+  if (sp.ka_window_ns == 0) {
+    sp.ka_window_ns = now;
+    sp.ka_window_count = count;
+    return;
+  }
+  const uint64_t span = now - sp.ka_window_ns;
+  if (span < kKeepAliveRateWindowNs) return;
+  const uint64_t sent = count >= sp.ka_window_count ? count - sp.ka_window_count : count;
+  sp.keep_alives_per_s.store(static_cast<double>(sent) * 1e9 / static_cast<double>(span), std::memory_order_relaxed);
+  sp.ka_window_ns = now;
+  sp.ka_window_count = count;
+}
 // How often a live path that does not show a volume's namespace is asked for it again.
 constexpr uint64_t kLookAgainNs = 1'000'000'000;
 
@@ -484,6 +504,7 @@ void SubsystemPaths::ana_poll() {
   const auto vols = bound();
   for (auto& sp : paths()) {
     if (sp->ctrl) sp->keep_alives.store(sp->ctrl->keep_alives_sent(), std::memory_order_relaxed);
+    note_keep_alive_rate(*sp, now);
     const bool live = sp->state.load() == PathState::live;
     const size_t p = static_cast<size_t>(sp->index);
     for (const auto& ns : vols) {
@@ -968,6 +989,9 @@ Result<int> SubsystemPaths::add_path(const TransportAddress& addr) {
   sp.reconnects.store(0);
   sp.connect_failures.store(0);
   sp.keep_alives.store(0);
+  sp.keep_alives_per_s.store(0);
+  sp.ka_window_ns = 0;
+  sp.ka_window_count = 0;
   sp.write_fence_ms.store(0);
   sp.write_fence_rule.store(WriteFenceRule::unknown);
   sp.write_fence_logged.store(false);

@@ -105,6 +105,10 @@ struct SharedPath {
   uint32_t reported_generation = UINT32_MAX;  // guarded by SubsystemPaths::timeline_mu_
   std::atomic<uint64_t> failovers{0};
   std::atomic<uint64_t> keep_alives{0};  // its controller's, copied by ana_poll (control thread)
+  /// Keep Alive commands a second over the last window of at least a second, published by
+  /// ana_poll from the count above; the window's start and count are control thread only.
+  std::atomic<double> keep_alives_per_s{0};
+  uint64_t ka_window_ns = 0, ka_window_count = 0;
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> connect_failures{0};
   // -- removal at run time (control thread only) --
@@ -428,7 +432,9 @@ class Lane final : public QueuePairListener {
   std::atomic<uint64_t> inflight_total_{0};
   std::atomic<uint64_t> enqueued_{0};  // any thread (fetch_add)
   std::atomic<uint64_t> dequeued_{0};  // the lane only
-  uint64_t all_silent_ns_ = 0;     // the last turn in which every usable path was silent
+  // The last turn in which every usable path was silent, or the first after the lane was not
+  // run for kLaneStallNs: no path's silence counts from before it.
+  uint64_t all_silent_ns_ = 0;
   uint64_t turn_ns_ = 0;           // the clock at the start of the current (or last) turn
   uint64_t last_turn_ns_ = 0;      // g_lane_gap_for_test only
   uint64_t last_turn_cpu_ns_ = 0;

@@ -98,6 +98,7 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     if (auto ctrl = sp.endpoint()) ps.cntlid = ctrl->info().cntlid;
     ps.failovers = sp.failovers.load();
     ps.keep_alives = sp.keep_alives.load(std::memory_order_relaxed);
+    ps.keep_alives_per_s = sp.keep_alives_per_s.load(std::memory_order_relaxed);
     ps.reconnects = sp.reconnects.load();
     ps.connect_failures = sp.connect_failures.load();
     {
@@ -180,6 +181,7 @@ std::string to_json(const VolumeStats& s) {
                                           {"mean", p.latency.mean_us}}},
                           {"errors", p.errors}, {"retries", p.retries}, {"hedges", p.hedges},
                           {"hedge_wins", p.hedge_wins}, {"failovers", p.failovers}, {"keep_alives", p.keep_alives},
+                          {"keep_alives_per_s", p.keep_alives_per_s},
                           {"reconnects", p.reconnects}, {"connect_failures", p.connect_failures},
                           {"last_connect_error", p.last_connect_error}, {"cqt_ms", p.cqt_ms},
                           {"write_fence_ms", p.write_fence_ms}, {"write_fence_rule", p.write_fence_rule},
@@ -214,13 +216,13 @@ std::string to_text(const VolumeStats& s) {
   for (const auto& p : s.paths) {
     std::snprintf(line, sizeof line,
                   "  path %d %-22s %-10s ana %-15s grp %u  ios %llu  iops %.0f  lat p50 %.1f us p99 %.1f us  "
-                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu  write fence %u ms%s%s\n",
+                  "err %llu retry %llu hedge %llu/%llu failover %llu reconnect %llu  keep-alive %.1f/s  write fence %u ms%s%s\n",
                   p.index, p.address.c_str(), to_string(p.state), to_string(p.ana_state), p.ana_group,
                   static_cast<unsigned long long>(p.ios), p.iops, p.latency.p50_us, p.latency.p99_us,
                   static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                   static_cast<unsigned long long>(p.hedge_wins), static_cast<unsigned long long>(p.hedges),
                   static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
-                  p.write_fence_ms, p.write_fence_rule.empty() ? "" : " by ", p.write_fence_rule.c_str());
+                  p.keep_alives_per_s, p.write_fence_ms, p.write_fence_rule.empty() ? "" : " by ", p.write_fence_rule.c_str());
     out += line;
   }
   if (s.lanes_unanswered) {

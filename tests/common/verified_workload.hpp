@@ -71,6 +71,10 @@ class VerifiedWorkload {
   uint64_t mismatches() const { return mismatches_.load(); }
   uint64_t issued() const { return writes_.load() + reads_.load(); }
   uint64_t writes() const { return writes_.load(); }
+  /// Writes completed (or failed): equal to writes() once none is in flight.
+  uint64_t writes_done() const { return writes_done_.load(); }
+  /// From now on every slot reads (and verifies) its blocks and writes nothing.
+  void reads_only(bool on) { reads_only_.store(on); }
   uint64_t reads() const { return reads_.load(); }
   /// The longest any single I/O took, and the longest time nothing completed (microseconds).
   uint64_t longest_io_us() const { return longest_io_ns_.load() / 1000; }
@@ -107,6 +111,7 @@ class VerifiedWorkload {
     const uint64_t last = last_completion_ns_.exchange(now);
     if (now > last) raise(longest_gap_ns_, now - last);
     completed_.fetch_add(1);
+    if (s.io.op == IoOp::write) writes_done_.fetch_add(1);
     const uint64_t own = base_ + uint64_t{s.index} * per_slot_;
     const uint32_t first = static_cast<uint32_t>(s.io.slba - own);
     if (!st.is_success()) {
@@ -145,7 +150,7 @@ class VerifiedWorkload {
     s.io.buf = s.buf.data();
     s.io.done = &on_done;
     s.io.user = &s;
-    if (r & 1) {
+    if ((r & 1) && !reads_only_.load()) {
       s.io.op = IoOp::write;
       s.pending_seq = (r >> 20) | 1;
       for (uint32_t b = 0; b < s.nblocks; ++b)
@@ -168,9 +173,9 @@ class VerifiedWorkload {
   uint64_t base_;
   uint32_t max_blocks_;
   std::vector<Slot> slots_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, reads_only_{false};
   std::atomic<size_t> idle_{0};
-  std::atomic<uint64_t> completed_{0}, errors_{0}, mismatches_{0}, writes_{0}, reads_{0};
+  std::atomic<uint64_t> completed_{0}, errors_{0}, mismatches_{0}, writes_{0}, reads_{0}, writes_done_{0};
   std::atomic<uint64_t> longest_io_ns_{0}, longest_gap_ns_{0}, last_completion_ns_{0};
   mutable std::mutex mu_;
   std::string first_error_;

@@ -528,6 +528,15 @@ TEST_CASE("keep-alive is traffic based: none while I/O completes, again when idl
   const uint64_t idle0 = kas();
   std::this_thread::sleep_for(1s);
   const uint64_t idle = kas() - idle0;
+  // The stats say the rate per controller: idle, about one every KATO / 4 (never more).
+  double idle_rate = 0;
+  REQUIRE(test::wait_until([&] { return (idle_rate = (*v)->stats().paths.at(0).keep_alives_per_s) > 0; }));
+  CHECK(idle_rate <= 60);  // 40 a second at the 100 ms KATO; a window never counts more than were sent
+  {
+    const HostStats hs = (*v)->host()->stats();
+    REQUIRE(hs.controllers.size() == 1);
+    CHECK(hs.controllers[0].keep_alives_per_s > 0);
+  }
 
   test::VerifiedWorkload w(**v, 4);
   w.start();
@@ -537,11 +546,15 @@ TEST_CASE("keep-alive is traffic based: none while I/O completes, again when idl
   std::this_thread::sleep_for(1s);
   const uint64_t busy = kas() - busy0;
   const uint64_t done = w.completed() - done0;
+  // While commands complete, a whole window passes with (almost) none sent.
+  double busy_rate = idle_rate;
+  CHECK(test::wait_until([&] { return (busy_rate = (*v)->stats().paths.at(0).keep_alives_per_s) * 4 <= idle_rate; }));
   REQUIRE(w.finish(15s));
   check_clean(w, "workload");
   const auto st = (*v)->stats();
   INFO("keep-alives over 1 s: idle " << idle << ", busy " << busy << " (" << done << " I/Os); host counted "
-                                     << st.paths.at(0).keep_alives);
+                                     << st.paths.at(0).keep_alives << "; the stats' rate idle " << idle_rate
+                                     << "/s, busy " << busy_rate << "/s");
   CHECK(idle >= 4);            // KATO 100 ms: one every 25 ms when nothing else shows life
   CHECK(done > 100);           // commands did flow all along
   CHECK(busy * 4 <= idle);     // without the traffic rule, busy sends as many as idle

@@ -38,11 +38,16 @@ void round_robin(TargetOptions&, VolumeOptions& vo) { vo.selector = SelectorKind
 
 }  // namespace
 
-TEST_CASE("a path whose latency jumps to 40 ms is hedged, not failed", "[hedge]") {
+// Reads only once the latency jumps: a path holding writes is failed after 35 ms of silence (the
+// failover budget's share for detection, tested below), one holding only reads after 50 ms,
+// while its reads are hedged.
+TEST_CASE("a path holding reads whose latency jumps to 40 ms is hedged, not failed", "[hedge]") {
   Rig rig(2, round_robin);
   test::VerifiedWorkload w(*rig.vol, 8);
   w.start();
   REQUIRE(wait_for(*rig.vol, 10s, [](const VolumeStats& s) { return s.completed > 200; }).completed > 200);
+  w.reads_only(true);
+  REQUIRE(test::wait_until([&] { return w.writes_done() == w.writes(); }));
   rig.target->set_latency(0, 40ms);
   // Runs until enough reads were hedged (every read sent to path 0 from now on passes its
   // deadline there), bounded.
@@ -249,6 +254,127 @@ TEST_CASE("paths that are all silent at once are not failed on a deadline", "[he
   CHECK(st.failed == 0);
   target.set_latency(0, 0ms);
   target.set_latency(1, 0ms);
+}
+
+// The failover budget's share for detection (ARCHITECTURE.md, "Failover budget"), and silence
+// that is the host's, not the path's. Path 1 is the only optimized path, so the one I/O of each
+// case goes there, into a blackhole (the target neither reads nor answers, and answers what it
+// holds once the fault is cleared); path 0 (non-optimized) is the other usable path. A long
+// KATO keeps the keep-alive out of it. Every block is read back.
+namespace stall {
+Target* target = nullptr;
+const VolumeIo* io = nullptr;     // the I/O whose issue on path 1 arms the hold
+std::atomic<int> hold_ms{0};      // how long the lane's next turn after that issue is held up
+std::atomic<bool> armed{false};
+void trace(const VolumeIo& i, detail::IoTraceEvent ev, int path, uint16_t) {
+  if (&i == io && ev == detail::IoTraceEvent::issue && path == 1 && hold_ms.load() > 0) armed.store(true);
+}
+// Held up as a loaded host holds a lane up; the path's answer is let out as the lane resumes, so
+// the path itself was silent for no time the lane saw.
+void turn(int) {
+  if (!armed.exchange(false)) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms.load()));
+  target->clear_faults(1);
+}
+struct Hooks {
+  Hooks() {
+    detail::g_io_trace_for_test = &trace;
+    detail::g_lane_turn_for_test = &turn;
+  }
+  ~Hooks() {
+    detail::g_io_trace_for_test = nullptr;
+    detail::g_lane_turn_for_test = nullptr;
+    detail::g_no_stall_rule_for_test = false;
+    io = nullptr;
+    target = nullptr;
+    hold_ms.store(0);
+    armed.store(false);
+  }
+};
+
+// Block 9 written (path 1 answering), then `op` on it with path 1 in a blackhole and the lane
+// held up `hold` right after issuing it (0: not held); the fault is cleared once the I/O is done
+// (and, with `until_failed`, once path 1 has failed too). Returns the volume's stats then.
+double silent_ms(const VolumeStats& s, int path);
+VolumeStats one_io(IoOp op, std::chrono::milliseconds hold, bool until_failed) {
+  Hooks hooks;
+  Rig rig(2, [](TargetOptions& to, VolumeOptions& vo) {
+    to.ports[0].ana_state = AnaState::non_optimized;
+    vo.connect.kato_ms = 10000;
+  });
+  target = rig.target.get();
+  constexpr uint32_t kBs = 4096;
+  constexpr uint64_t kLba = 9;
+  std::vector<uint8_t> w(kBs), r(kBs, 0);
+  test::fill_block(w.data(), kBs, kLba, 3);
+  REQUIRE(test::run_io(*rig.vol, IoOp::write, w.data(), kLba, 1).is_success());
+  test::fill_block(w.data(), kBs, kLba, 4);
+  rig.target->inject(1, FaultKind::blackhole);
+  test::TrackedIo x(op, op == IoOp::write ? w.data() : r.data(), kLba);
+  io = &x.io;
+  hold_ms.store(static_cast<int>(hold.count()));
+  REQUIRE(rig.vol->submit(x.io) == 0);
+  REQUIRE(x.wait(20s));
+  io = nullptr;
+  if (until_failed) CHECK(test::wait_until([&] { return silent_ms(rig.vol->stats(), 1) > 0; }, 10s));
+  rig.target->clear_faults(1);
+  CHECK(x.status().is_success());
+  const uint64_t seq = op == IoOp::write ? 4 : 3;
+  if (op == IoOp::read) CHECK(test::block_matches(r.data(), kBs, kLba, seq));
+  std::fill(r.begin(), r.end(), uint8_t{0});
+  CHECK(test::run_io(*rig.vol, IoOp::read, r.data(), kLba, 1).is_success());
+  CHECK(test::block_matches(r.data(), kBs, kLba, seq));
+  return rig.vol->stats();
+}
+
+// The silence (ms) path `path` was failed for, as its failover's cause says; -1: not failed so.
+double silent_ms(const VolumeStats& s, int path) {
+  for (const FailoverEvent& e : s.timeline) {
+    const size_t at = e.cause.find("silent ");
+    if (e.path == path && at != std::string::npos) return std::stod(e.cause.substr(at + 7));
+  }
+  return -1;
+}
+}  // namespace stall
+
+// The silence at the failing turn is at most the bound plus one turn's gap (a longer gap is the
+// host's and counts the silence again), so these bounds hold on a loaded machine too.
+TEST_CASE("a silent path holding a write is failed after 35 ms of silence, one holding only reads after 50",
+          "[hedge][budget]") {
+  SECTION("a write: failed within the budget's share for detection, then moved after the fence") {
+    const VolumeStats s = stall::one_io(IoOp::write, 0ms, true);
+    INFO(to_text(s));
+    const double silent = stall::silent_ms(s, 1);
+    CHECK(silent > 35);
+    CHECK(silent <= 35 + 5 + 1);
+    CHECK(s.failed == 0);
+  }
+  SECTION("a read: hedged at once, its path failed only after the reads' 50 ms") {
+    const VolumeStats s = stall::one_io(IoOp::read, 0ms, true);
+    INFO(to_text(s));
+    CHECK(stall::silent_ms(s, 1) > 50);
+    CHECK(s.paths.at(1).hedges >= 1);
+    CHECK(s.failed == 0);
+  }
+}
+
+TEST_CASE("a lane held up by its host does not count that time as its paths' silence", "[hedge][stall]") {
+  // The lane is not run for 60 ms right after the write goes out, and the path answers as soon
+  // as the lane runs again: by the clock 60 ms of silence, of which the path owns none. Without
+  // the rule (the negative control) the lane wakes to 60 ms of silence and fails the path in
+  // that same turn, before the answer can be read.
+  SECTION("with the rule: the write completes on its path, nothing fails") {
+    const VolumeStats s = stall::one_io(IoOp::write, 60ms, false);
+    INFO(to_text(s));
+    CHECK(s.paths.at(1).failovers == 0);
+    CHECK(s.timeline.empty());
+  }
+  SECTION("negative control, the rule off: failed for silence") {
+    detail::g_no_stall_rule_for_test = true;
+    const VolumeStats s = stall::one_io(IoOp::write, 60ms, true);
+    INFO(to_text(s));
+    CHECK(stall::silent_ms(s, 1) >= 60);
+  }
 }
 
 // Large transfers queued behind each other on a healthy but slow link: every 1 MiB read takes

@@ -134,6 +134,25 @@ TEST_CASE("a large transfer behind others waits for its own deadline; silence is
   CHECK(judge_deadline(f) == DeadlineVerdict::fail_silent);
 }
 
+// The budget's share for detection: a path holding writes is failed after less silence than one
+// holding only reads (those are hedged already); an explicit deadline doubles, either way.
+TEST_CASE("a silent path holding writes is failed sooner than one holding only reads", "[retry][deadline]") {
+  CHECK(dead_silence_ns(true, 0) == kWriteDeadSilenceNs);
+  CHECK(dead_silence_ns(false, 0) == kReadDeadSilenceNs);
+  CHECK(kWriteDeadSilenceNs < kReadDeadSilenceNs);
+  // Detection, then a fence of a few ms (CCR) and the resubmission, inside the 50 ms budget.
+  CHECK(kWriteDeadSilenceNs + 10'000'000 <= 50'000'000);
+  CHECK(dead_silence_ns(true, 100'000'000) == 200'000'000);
+  CHECK(dead_silence_ns(false, 100'000'000) == 200'000'000);
+  // Judged on that figure: silent 40 ms with its probe unanswered fails a path holding writes
+  // and leaves one holding only reads to its hedges.
+  auto f = facts(1040, 1000, 990, 980);
+  f.dead_after_ns = dead_silence_ns(true, 0);
+  CHECK(judge_deadline(f) == DeadlineVerdict::fail_silent);
+  f.dead_after_ns = dead_silence_ns(false, 0);
+  CHECK(judge_deadline(f) == DeadlineVerdict::hedge_probe);
+}
+
 TEST_CASE("a command lost while later ones completed fails the path", "[retry][deadline]") {
   // Sent at 1000, a command sent at 1005 completed (the probe, say): this one was dropped.
   CHECK(judge_deadline(facts(1020, 1000, 1010, 1005)) == DeadlineVerdict::fail_lost);

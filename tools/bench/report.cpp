@@ -292,6 +292,8 @@ nlohmann::json to_json(const BenchReport& r) {
                      {"retries", p.stats.retries},
                      {"failovers", p.stats.failovers},
                      {"reconnects", p.stats.reconnects},
+                     {"keep_alives", p.stats.keep_alives},
+                     {"keep_alives_per_s", p.stats.keep_alives_per_s},
                      {"write_fence_ms", p.stats.write_fence_ms},
                      {"write_fence_rule", p.stats.write_fence_rule},
                      {"latency_us",

@@ -135,6 +135,8 @@ bool parse_live_volume(const nlohmann::json& r, const std::string& socket, LiveV
     p.retries = get_or(pj, "retries", uint64_t{0});
     p.failovers = get_or(pj, "failovers", uint64_t{0});
     p.reconnects = get_or(pj, "reconnects", uint64_t{0});
+    p.keep_alives = get_or(pj, "keep_alives", uint64_t{0});
+    p.keep_alives_per_s = get_or(pj, "keep_alives_per_s", 0.0);
     p.numa_node = get_or(pj, "numa_node", -1);
     p.write_fence_ms = get_or(pj, "write_fence_ms", 0u);
     p.write_fence_rule = get_or(pj, "write_fence_rule", std::string());
@@ -254,12 +256,12 @@ std::string render_text(const KernelTopology& kernel, const std::vector<LiveVolu
     for (const auto& p : first.paths) {
       const double rate = uptime > 0 ? mib(p.bytes) / uptime : 0;
       out += fmt(" +- path%d %s %s %s cntlid %u ios %llu MiB/s %.1f lat p50 %.1f us p99 %.1f us errors %llu retries %llu "
-                 "failovers %llu reconnects %llu numa %d\n",
+                 "failovers %llu reconnects %llu keep-alives/s %.1f numa %d\n",
                  p.index, p.transport.c_str(), address_of(p).c_str(), p.state.c_str(), p.cntlid,
                  static_cast<unsigned long long>(p.ios), rate, p.p50_us, p.p99_us,
                  static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
-                 p.numa_node);
+                 p.keep_alives_per_s, p.numa_node);
       if (!p.write_fence_rule.empty())
         out += fmt("        after a failure its writes wait up to %u ms for the fence (%s)\n", p.write_fence_ms,
                    p.write_fence_rule.c_str());
@@ -316,6 +318,8 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                            {"retries", p.retries},
                            {"failovers", p.failovers},
                            {"reconnects", p.reconnects},
+                           {"keep_alives", p.keep_alives},
+                           {"keep_alives_per_s", p.keep_alives_per_s},
                            {"numa_node", p.numa_node},
                            {"write_fence_ms", p.write_fence_ms},
                            {"write_fence_rule", p.write_fence_rule}});
@@ -356,6 +360,8 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
                            {"errors", p.errors},
                            {"failovers", p.failovers},
                            {"reconnects", p.reconnects},
+                           {"keep_alives", p.keep_alives},
+                           {"keep_alives_per_s", p.keep_alives_per_s},
                            {"write_fence_ms", p.write_fence_ms},
                            {"write_fence_rule", p.write_fence_rule}});
   }
@@ -365,15 +371,15 @@ nlohmann::ordered_json render_json(const KernelTopology& kernel, const std::vect
 std::string render_top(const std::vector<LiveVolume>& now, const std::vector<LiveVolume>& before, double interval_s) {
   const auto groups = by_subsystem(now);
   std::string out = "Path health\n";
-  out += fmt("%-18s %-6s %-28s %-10s %6s %7s %8s %8s %8s %8s %5s\n", "Subsystem", "Path", "Address", "State", "Cntlid",
-             "Volumes", "Errors", "Retries", "Failover", "Reconn", "NUMA");
+  out += fmt("%-18s %-6s %-28s %-10s %6s %7s %8s %8s %8s %8s %6s %5s\n", "Subsystem", "Path", "Address", "State",
+             "Cntlid", "Volumes", "Errors", "Retries", "Failover", "Reconn", "KA/s", "NUMA");
   for (const auto& g : groups)
     for (const auto& p : g.front()->paths)
-      out += fmt("%-18s %-6s %-28s %-10s %6u %7zu %8llu %8llu %8llu %8llu %5d\n", group_name(*g.front()).c_str(),
+      out += fmt("%-18s %-6s %-28s %-10s %6u %7zu %8llu %8llu %8llu %8llu %6.1f %5d\n", group_name(*g.front()).c_str(),
                  ("path" + std::to_string(p.index)).c_str(), address_of(p).c_str(), p.state.c_str(), p.cntlid,
                  g.size(), static_cast<unsigned long long>(p.errors), static_cast<unsigned long long>(p.retries),
                  static_cast<unsigned long long>(p.failovers), static_cast<unsigned long long>(p.reconnects),
-                 p.numa_node);
+                 p.keep_alives_per_s, p.numa_node);
   out += "\nPath performance\n";
   out += fmt("%-18s %-6s %10s %10s %10s %10s %10s %9s\n", "Subsystem", "Path", "Read/s", "Write/s", "MiB/s",
              "p50 us", "p99 us", "In-flight");

@@ -24,6 +24,8 @@ struct LivePath {
   uint64_t ios = 0, bytes = 0, reads = 0, writes = 0;
   double p50_us = 0, p99_us = 0;
   uint64_t errors = 0, retries = 0, failovers = 0, reconnects = 0;
+  uint64_t keep_alives = 0;       ///< PathStats::keep_alives
+  double keep_alives_per_s = 0;   ///< PathStats::keep_alives_per_s
   int numa_node = -1;
   uint32_t write_fence_ms = 0;   ///< PathStats::write_fence_ms
   std::string write_fence_rule;  ///< "" from a process that does not say
