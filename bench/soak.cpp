@@ -7,8 +7,9 @@
 // at least one path the volume reports live and usable is never faulted. At the end every path is
 // healed, the whole working set is read back and checked, and the report gives errors,
 // mismatches, the longest read inside and outside the all-down windows (the goal figure is the
-// one outside), a histogram of slow reads, the process RSS (and the heap), open descriptors and threads
-// over the run with the load average beside them.
+// one outside), a histogram of slow reads, the failovers of a path no fault was on (a healthy
+// path failed), the process RSS (and the heap), open descriptors and threads over the run with
+// the load average beside them.
 // Every wait has a timeout; one that expires names what it waited for and lists what was still in
 // flight. Run by bench/soak.sh; exits 1 on errors, mismatches or I/O that never finished.
 #include <dirent.h>
@@ -30,8 +31,10 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "bench/fault_target.hpp"
@@ -619,6 +622,7 @@ class ChaosDriver {
       for (size_t p = 0; p < paths_; ++p) {
         heal(p);
         deliver(t_.inject(p, FaultKind::partition));
+        fault_from_[p] = now;
       }
       const uint64_t back = now + ms(200, 1500);
       g_faults.add(now, "all paths partitioned for %.0f ms", ms_of(back - now));
@@ -646,6 +650,7 @@ class ChaosDriver {
                  kind == Chaos::reset ? "" : (" for " + std::to_string((until - now) / 1'000'000) + " ms" +
                                               (slow_us ? ", " + std::to_string(slow_us) + " us" : std::string()))
                                                  .c_str());
+    fault_from_[p] = now;
     switch (kind) {
       case Chaos::reset:
         deliver(t_.inject(p, FaultKind::reset));  // acts once; the path counts as faulted until it is back
@@ -677,6 +682,14 @@ class ChaosDriver {
   uint64_t window_longest_ns() const { return window_longest_ns_; }
   uint64_t recovery_longest_ns() const { return recovery_longest_ns_; }
   uint64_t undelivered() const { return undelivered_; }
+  /// Whether path `p` had a fault of ours at `t`, or had one end less than `grace_ns` before it
+  /// (a failure seen right after a heal belongs to the fault).
+  bool faulted_at(size_t p, uint64_t t, uint64_t grace_ns) const {
+    if (p >= paths_) return false;
+    if (fault_from_[p] && t >= fault_from_[p]) return true;
+    return std::any_of(spans_[p].begin(), spans_[p].end(),
+                       [&](const auto& s) { return t >= s.first && t <= s.second + grace_ns; });
+  }
 
  private:
   uint64_t ms(int lo, int hi) {
@@ -684,6 +697,8 @@ class ChaosDriver {
   }
   void heal(size_t p) {
     if (until_[p]) g_faults.add(monotonic_ns(), "p%zu healed", p);
+    if (fault_from_[p]) spans_[p].push_back({fault_from_[p], monotonic_ns()});
+    fault_from_[p] = 0;
     deliver(t_.clear_faults(p));
     deliver(t_.set_ana_state(p, AnaState::optimized));
     until_[p] = 0;
@@ -713,6 +728,9 @@ class ChaosDriver {
   std::mt19937_64 rng_;
   int min_ms_, max_ms_;
   std::vector<uint64_t> until_;  // per path: when its fault ends; 0: not faulted by us
+  std::vector<uint64_t> fault_from_ = std::vector<uint64_t>(paths_, 0);  // per path: its fault's start, 0: none
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spans_ =
+      std::vector<std::vector<std::pair<uint64_t, uint64_t>>>(paths_);  // per path: faults over
   uint64_t next_ = 0;
   bool all_down_ = false;     // every path partitioned now
   bool window_open_ = false;  // from the all-down faults until a path is usable again
@@ -1017,6 +1035,11 @@ int main(int argc, char** argv) {
   Sample trimmed;  // the end, after malloc_trim()
   constexpr uint64_t kSampleNs = 10'000'000'000ull;
   uint64_t windows = 0, window_total_ns = 0, window_longest_ns = 0, recovery_longest_ns = 0;
+  // Failovers the volumes reported during the timed phase, and those of a path none of our faults
+  // was on (nor had been within kHealGraceNs): a healthy path failed, on a loaded host or not.
+  constexpr uint64_t kHealGraceNs = 1'000'000'000ull;
+  uint64_t failovers_seen = 0;
+  std::vector<std::string> healthy_failed;
   std::array<uint64_t, kChaosKinds> counts{};
   // Outlive the volumes: should a wait time out, I/O still in flight completes (with an error,
   // when its volume closes) into a live Workload, which then no longer resubmits.
@@ -1064,6 +1087,23 @@ int main(int argc, char** argv) {
       // looked like then (its history only tells what happened to the I/O). The first three.
       unsigned stall_dumps = 0;
       uint64_t next_stall_check = t0, stall_quiet_until = 0;
+      // Every failover the volumes report, once: the first volume of each subsystem speaks for
+      // its controllers, read at each sample, long before its kept events roll over.
+      std::set<std::tuple<unsigned, int, uint64_t>> seen;
+      auto gather = [&] {
+        for (unsigned s = 0; s < subsystems; ++s) {
+          const VolumeStats st = work.volume(s * namespaces).stats();
+          for (const FailoverEvent& e : st.timeline) {
+            if (e.detect_ns < t0 || !seen.insert({s, e.path, e.detect_ns}).second) continue;
+            ++failovers_seen;
+            if (chaos.faulted_at(static_cast<size_t>(e.path), e.detect_ns, kHealGraceNs)) continue;
+            char line[256];
+            std::snprintf(line, sizeof line, "subsystem %u path %d at %.3f s: %s", s + 1, e.path,
+                          static_cast<double>(e.detect_ns - t0) / 1e9, e.cause.c_str());
+            healthy_failed.emplace_back(line);
+          }
+        }
+      };
       for (uint64_t now = t0; now < end; now = monotonic_ns()) {
         chaos.tick(now);
         work.service();
@@ -1081,6 +1121,7 @@ int main(int argc, char** argv) {
           }
         }
         if (now >= next_sample) {
+          gather();
           samples.push_back(sample(static_cast<double>(now - t0) / 1e9));
           const Sample& s = samples.back();
           if (!malloc_info_path.empty() && !warm_dumped && s.at_s >= std::min(300.0, minutes * 60.0 / 4)) {
@@ -1105,6 +1146,7 @@ int main(int argc, char** argv) {
                          work, idle, [&] { work.service(); chaos.settle(monotonic_ns()); }) &&
                 work.wait_idle(std::chrono::milliseconds(0));
       timed = work.totals(Phase::timed);
+      gather();
     }
     // Every path back before the last figures: their connections are part of the steady state.
     const bool all_live = wait_for("every path live again", std::chrono::seconds(30), work,
@@ -1176,6 +1218,9 @@ int main(int argc, char** argv) {
     std::printf("  mismatch at LBA %llu\n", static_cast<unsigned long long>(m.lba));
   for (const Mismatch& m : final_check.mismatch_examples)
     std::printf("  mismatch at LBA %llu (final check)\n", static_cast<unsigned long long>(m.lba));
+  std::printf("failovers seen: %llu; of a path with no fault of ours on it (a healthy path failed): %zu\n",
+              static_cast<unsigned long long>(failovers_seen), healthy_failed.size());
+  for (size_t i = 0; i < healthy_failed.size() && i < 10; ++i) std::printf("  %s\n", healthy_failed[i].c_str());
   std::printf("all-paths-down windows: %llu, %.1f s in all (%.1f%% of the run), longest %.0f ms, "
               "longest from heal to a usable path %.0f ms\n",
               static_cast<unsigned long long>(windows), ms_of(window_total_ns) / 1e3,

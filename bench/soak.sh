@@ -2,7 +2,8 @@
 # The soak run: bench/nvmeof-soak (a verified randrw workload over three paths of the embedded
 # target) for MINUTES while random faults (reset, partition, ANA flips, slow, fail-status, all
 # paths down then back) hit random paths every 0.2-2 s. Prints errors, mismatches, the longest
-# read inside and outside the all-paths-down windows, a latency histogram, RSS, heap,
+# read inside and outside the all-paths-down windows, a latency histogram, the failovers of a
+# path no fault was on (a healthy path failed), RSS, heap,
 # descriptors and threads over the run beside the load average; exits non-zero on errors, mismatches, or
 # I/O that never finished (every wait has a timeout that names what it waited for).
 # Not part of ./run test.
