@@ -269,12 +269,13 @@ std::atomic<bool> armed{false};
 void trace(const VolumeIo& i, detail::IoTraceEvent ev, int path, uint16_t) {
   if (&i == io && ev == detail::IoTraceEvent::issue && path == 1 && hold_ms.load() > 0) armed.store(true);
 }
-// Held up as a loaded host holds a lane up; the path's answer is let out as the lane resumes, so
-// the path itself was silent for no time the lane saw.
+// Held up as a loaded host holds a lane up. The path's answer is let out as the hold begins, so
+// it waits in the socket while the lane is held: the path was silent for no time the lane could
+// have seen, and the lane judges its deadlines (in this turn) before it reads that answer.
 void turn(int) {
   if (!armed.exchange(false)) return;
-  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms.load()));
   target->clear_faults(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms.load()));
 }
 struct Hooks {
   Hooks() {
@@ -359,10 +360,10 @@ TEST_CASE("a silent path holding a write is failed after 35 ms of silence, one h
 }
 
 TEST_CASE("a lane held up by its host does not count that time as its paths' silence", "[hedge][stall]") {
-  // The lane is not run for 60 ms right after the write goes out, and the path answers as soon
-  // as the lane runs again: by the clock 60 ms of silence, of which the path owns none. Without
-  // the rule (the negative control) the lane wakes to 60 ms of silence and fails the path in
-  // that same turn, before the answer can be read.
+  // The lane is not run for 60 ms right after the write goes out, while the path's answer waits
+  // for it: by the clock 60 ms of silence, of which the path owns none. Without the rule (the
+  // negative control) the lane wakes to 60 ms of silence and fails the path in that same turn,
+  // before it reads the answer.
   SECTION("with the rule: the write completes on its path, nothing fails") {
     const VolumeStats s = stall::one_io(IoOp::write, 60ms, false);
     INFO(to_text(s));
