@@ -989,9 +989,7 @@ Result<int> SubsystemPaths::add_path(const TransportAddress& addr) {
   sp.reconnects.store(0);
   sp.connect_failures.store(0);
   sp.keep_alives.store(0);
-  sp.keep_alives_per_s.store(0);
-  sp.ka_window_ns = 0;
-  sp.ka_window_count = 0;
+  sp.keep_alives_per_s.store(0);  // its window (control thread) restarts as the count drops to 0
   sp.write_fence_ms.store(0);
   sp.write_fence_rule.store(WriteFenceRule::unknown);
   sp.write_fence_logged.store(false);
