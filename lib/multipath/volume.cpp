@@ -579,6 +579,8 @@ void SubsystemPaths::watch_controller(int path) {
   if (!sp.ctrl->is_live())
     report_path_failure(path, gen, "admin queue: failed before the path went live", LossCause::local,
                         Reactor::clock_ns());
+  // A notice sent before the callback above was set told no one: look once now.
+  post_blocking([this, path] { revalidate_namespaces(path); });
 }
 
 int SubsystemPaths::push_event(FailoverEvent e) {
@@ -747,6 +749,39 @@ void SubsystemPaths::publish_live(int path, uint32_t generation) {
   watch_controller(path);
 }
 
+void SubsystemPaths::namespace_gone_on(VolumeNs& ns, size_t p, uint32_t id) {
+  ns.on[p].nsid.store(0);
+  bool anywhere = false;
+  for (const auto& other : paths())
+    anywhere |= other->state.load() != PathState::removed && ns.on[static_cast<size_t>(other->index)].nsid.load() != 0;
+  if (anywhere || ns.removed.exchange(true)) return;
+  {
+    std::lock_guard lock(known_mu_);
+    known_ns_.erase(id);
+  }
+  nvmeof::detail::log_warning("nvmeof: namespace %u of %s was removed: its I/O fails\n", id,
+                              opts_.connect.subnqn.c_str());
+  NamespaceEvent ev;
+  ev.subnqn = opts_.connect.subnqn;
+  ev.nsid = id;
+  ev.block_size = ns.info.block_size;
+  ev.kind = NamespaceEvent::Kind::removed;
+  engine_of(*host_).report(ev);
+}
+
+void SubsystemPaths::revalidate_namespaces(int path) {
+  if (stopping_.load()) return;
+  auto ctrl = paths_[static_cast<size_t>(path)]->endpoint();
+  if (!ctrl) return;
+  auto active = ctrl->active_namespaces();
+  if (!active) return;  // a failing controller: its path fails over, nothing is judged gone
+  const size_t p = static_cast<size_t>(path);
+  for (const auto& ns : bound()) {
+    const uint32_t id = ns->on[p].nsid.load();
+    if (id != 0 && std::find(active->begin(), active->end(), id) == active->end()) namespace_gone_on(*ns, p, id);
+  }
+}
+
 void SubsystemPaths::request_namespace_refresh(int path) {
   post_blocking([this, path] { refresh_namespaces(path); });
 }
@@ -796,20 +831,7 @@ void SubsystemPaths::refresh_namespaces(int path) {
     }
     if (!ni && !says_not_active(ni.error()))
       continue;  // the controller failing: its path fails over, the namespace is not judged gone
-    // This path no longer shows it; gone from the volume once no path does.
-    ns->on[p].nsid.store(0);
-    bool anywhere = false;
-    for (const auto& other : paths())
-      anywhere |= other->state.load() != PathState::removed && ns->on[static_cast<size_t>(other->index)].nsid.load() != 0;
-    if (anywhere || ns->removed.exchange(true)) continue;
-    {
-      std::lock_guard lock(known_mu_);
-      known_ns_.erase(id);
-    }
-    nvmeof::detail::log_warning("nvmeof: namespace %u of %s was removed: its I/O fails\n", id,
-                                opts_.connect.subnqn.c_str());
-    ev.kind = NamespaceEvent::Kind::removed;
-    engine.report(ev);
+    namespace_gone_on(*ns, p, id);
   }
   // Namespaces no volume is open on: a new one is reported, once.
   if (all) {

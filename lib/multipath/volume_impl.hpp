@@ -593,6 +593,14 @@ class SubsystemPaths : public FailoverEnv {
   Result<void> attach_all(int path, uint32_t generation, std::chrono::milliseconds timeout);
   void refresh_ana_now();
   void refresh_namespaces(int path);
+  /// A controller's events are asked for only once its path is live (watch_controller): a
+  /// namespace detached between its bind and then was told to nobody on it. Reads its active
+  /// namespace list once and treats a bound NSID missing from it as refresh_namespaces does.
+  /// Pool thread.
+  void revalidate_namespaces(int path);
+  /// `ns` (NSID `id`) is not on path `p` any more: gone from the volume once no path shows it
+  /// (logged and reported once). Pool thread.
+  void namespace_gone_on(VolumeNs& ns, size_t p, uint32_t id);
   void ana_poll();
   uint64_t anatt_ns_of(const SharedPath& sp) const noexcept;
   void watch_controller(int path);
