@@ -5,18 +5,12 @@
 // with bad requests to the target refused and nothing changed.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <string>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 #include "../common/rig.hpp"
 #include "../common/verified_workload.hpp"
-#include "multipath/io_trace.hpp"
 #include "nvmeof/host.hpp"
 #include "nvmeof/target.hpp"
 #include "nvmeof/volume.hpp"
@@ -75,13 +69,13 @@ struct Fabric {
   std::shared_ptr<Host> host;
   std::unique_ptr<Volume> v1, v2;
 
-  explicit Fabric(bool discover = true) {
+  Fabric() {
     auto h = Host::create({});
     REQUIRE(h);
     host = *h;
     v1 = open(1);
     v2 = open(2);
-    if (discover) REQUIRE(host->add_discovery(rig.addr(0)));
+    REQUIRE(host->add_discovery(rig.addr(0)));
   }
   std::unique_ptr<Volume> open(uint32_t nsid) {
     auto vo = rig.volume_options();
