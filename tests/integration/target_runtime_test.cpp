@@ -65,8 +65,9 @@ Reply get_log_rae(Client& admin, uint8_t lid, uint32_t len) {
   return admin.exec(c, nullptr, 0, len);
 }
 
-// The NSIDs of a Changed Namespace List, up to the first zero.
-std::vector<uint32_t> changed_nsids(const Reply& r) {
+// The NSIDs of a 4 KiB NSID list (a Changed Namespace List, an Active Namespace ID list), up to
+// the first zero.
+std::vector<uint32_t> nsid_list(const Reply& r) {
   std::vector<uint32_t> out;
   REQUIRE(r.ok);
   REQUIRE(r.status().is_success());
@@ -80,18 +81,7 @@ std::vector<uint32_t> changed_nsids(const Reply& r) {
   return out;
 }
 
-std::vector<uint32_t> active_nsids(Client& admin) {
-  auto r = admin.identify(cns::kActiveNamespaceList, 0);
-  REQUIRE(r.ok);
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < 1024; ++i) {
-    uint32_t v;
-    std::memcpy(&v, r.data.data() + 4 * i, 4);
-    if (v == 0) break;
-    out.push_back(v);
-  }
-  return out;
-}
+std::vector<uint32_t> active_nsids(Client& admin) { return nsid_list(admin.identify(cns::kActiveNamespaceList, 0)); }
 
 NamespaceInfo identify_ns(Client& admin, uint32_t nsid) {
   auto r = admin.identify(cns::kNamespace, nsid);
@@ -232,9 +222,9 @@ TEST_CASE("a namespace attached at run time is identified, served and announced"
   CHECK(ev.cqe.dw0 == kNsChangedEvent);
 
   // RAE keeps the list; a read without it returns it and clears it.
-  CHECK(changed_nsids(get_log_rae(q.admin, kLogChangedNs, 4096)) == std::vector<uint32_t>{5});
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{5});
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)).empty());
+  CHECK(nsid_list(get_log_rae(q.admin, kLogChangedNs, 4096)) == std::vector<uint32_t>{5});
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{5});
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)).empty());
 
   const NamespaceInfo info = identify_ns(q.admin, 5);
   CHECK(info.size_blocks == (8u << 20) / 512);
@@ -260,7 +250,7 @@ TEST_CASE("a namespace attached at run time is identified, served and announced"
   ev = q.admin.wait_reply(901, nullptr, kEventMs);
   REQUIRE(ev.ok);
   CHECK(ev.cqe.dw0 == kNsChangedEvent);
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{6});
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{6});
 }
 
 TEST_CASE("a detached namespace fails its I/O with Invalid Namespace, the others go on",
@@ -311,7 +301,7 @@ TEST_CASE("a detached namespace fails its I/O with Invalid Namespace, the others
   auto ev = q.admin.wait_reply(900, nullptr, kEventMs);
   REQUIRE(ev.ok);
   CHECK(ev.cqe.dw0 == kNsChangedEvent);
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{2});
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{2});
 
   CHECK(q.io.read(2, 3, 1, kBlock).status() == status::kInvalidNamespace);
   CHECK(q.io.write(2, 3, 1, two.data(), kBlock).status() == status::kInvalidNamespace);
@@ -339,7 +329,7 @@ TEST_CASE("a namespace grown then shrunk keeps its data below the end", "[target
   auto ev = q.admin.wait_reply(900, nullptr, kEventMs);
   REQUIRE(ev.ok);
   CHECK(ev.cqe.dw0 == kNsChangedEvent);
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{1});
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)) == std::vector<uint32_t>{1});
   CHECK(identify_ns(q.admin, 1).size_blocks == 512);
   CHECK(q.io.read(1, 10, 1, kBlock).data == low);
   CHECK(q.io.read(1, 200, 1, kBlock).data == high);
@@ -418,5 +408,5 @@ TEST_CASE("bad run-time changes say why and change nothing", "[target][runtime]"
   Queues q(rig.port(0));
   CHECK(active_nsids(q.admin) == std::vector<uint32_t>{1});
   CHECK(identify_ns(q.admin, 1).size_blocks == 256);
-  CHECK(changed_nsids(q.admin.get_log(kLogChangedNs, 4096)).empty());
+  CHECK(nsid_list(q.admin.get_log(kLogChangedNs, 4096)).empty());
 }
