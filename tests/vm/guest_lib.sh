@@ -81,6 +81,21 @@ wait_ctrl_state() {
     return 1
 }
 
+# start_ublk <what> <command...>: runs an nvmeof-ublk command in the background (its stdout to
+# /tmp/ublk.out, its stderr added to /tmp/ublk.err) and waits until it has printed its device;
+# sets tool_pid. Fails with what the tool said when it exits first.
+start_ublk() {
+    _what=$1
+    shift
+    : >/tmp/ublk.out
+    "$@" >/tmp/ublk.out 2>>/tmp/ublk.err &
+    tool_pid=$!
+    while [ ! -s /tmp/ublk.out ]; do
+        kill -0 "$tool_pid" 2>/dev/null || { cat /tmp/ublk.err >&2; fail "$_what exited before serving"; }
+        sleep 0.1
+    done
+}
+
 # wait_path <path> [seconds]: namespaces appear a moment after the connect.
 wait_path() {
     _w=$((${2:-5} * 10))

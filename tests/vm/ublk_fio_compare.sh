@@ -11,12 +11,7 @@ bench=${2:?usage: ublk_fio_compare.sh <nvmeof-ublk> <nvmeof-bench> [seconds]}
 secs=${3:-5}
 [ -e /dev/ublk-control ] || skip "kernel $(uname -r) has no ublk driver"
 
-"$tool" --path "$TCP1" --path "$TCP2" --nqn "$NQN" --queues 1 --depth 64 >/tmp/ublk.out 2>/tmp/ublk.err &
-tool_pid=$!
-while [ ! -s /tmp/ublk.out ]; do
-    kill -0 "$tool_pid" 2>/dev/null || { cat /tmp/ublk.err >&2; fail "nvmeof-ublk exited before serving"; }
-    sleep 0.1
-done
+start_ublk nvmeof-ublk "$tool" --path "$TCP1" --path "$TCP2" --nqn "$NQN" --queues 1 --depth 64
 dev=$(head -n 1 /tmp/ublk.out)
 wait_path "$dev" 10 || fail "no $dev"
 

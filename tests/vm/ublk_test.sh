@@ -34,14 +34,8 @@ tool_pid=
 dev=
 # serve [options]: starts the tool in $NETNS over both paths and waits for its device.
 serve() {
-    : >/tmp/ublk.out
-    $IP netns exec "$NETNS" "$tool" --path "$NETNS_ADDR0" --path "$NETNS_ADDR1" --nqn "$NQN" \
-        --queues 2 --depth 64 "$@" >/tmp/ublk.out 2>>/tmp/ublk.err &
-    tool_pid=$!
-    while [ ! -s /tmp/ublk.out ]; do
-        kill -0 "$tool_pid" 2>/dev/null || { cat /tmp/ublk.err >&2; fail "nvmeof-ublk exited before serving"; }
-        sleep 0.1
-    done
+    start_ublk nvmeof-ublk $IP netns exec "$NETNS" "$tool" --path "$NETNS_ADDR0" --path "$NETNS_ADDR1" \
+        --nqn "$NQN" --queues 2 --depth 64 "$@"
     dev=$(head -n 1 /tmp/ublk.out)
     wait_path "/sys/block/${dev#/dev/}" 10 || fail "$dev not in sysfs"
     wait_path "$dev" 10 || fail "no $dev"
@@ -196,14 +190,8 @@ wait "$tool_pid"
 [ -e "/sys/block/${dev#/dev/}" ] || fail "$dev went away although its I/O is held for recovery"
 kill -0 $writer 2>/dev/null || fail "the writer ended while the device had no server"
 step "  server killed; $dev stays, the writer waits"
-: >/tmp/ublk.out
-$IP netns exec "$NETNS" "$tool" --path "$NETNS_ADDR0" --path "$NETNS_ADDR1" --nqn "$NQN" \
-    --queues 2 --recover "$id" >/tmp/ublk.out 2>>/tmp/ublk.err &
-tool_pid=$!
-while [ ! -s /tmp/ublk.out ]; do
-    kill -0 "$tool_pid" 2>/dev/null || { cat /tmp/ublk.err >&2; fail "nvmeof-ublk --recover exited"; }
-    sleep 0.1
-done
+start_ublk "nvmeof-ublk --recover" $IP netns exec "$NETNS" "$tool" --path "$NETNS_ADDR0" \
+    --path "$NETNS_ADDR1" --nqn "$NQN" --queues 2 --recover "$id"
 step "  taken over by pid $tool_pid"
 wait $writer || { cat /tmp/writer.err; fail "the writer failed across the recovery"; }
 dd if="$dev" of=/tmp/back bs=1M count=16 iflag=direct 2>/dev/null || fail "read $dev back"
