@@ -125,14 +125,28 @@ bool FailoverMachine::on_failure(int path, uint32_t generation, LossCause cause,
     tear_down(path);
     p.peer_fence_at = detect_ns + p.facts.times.quiesce_ns;
     env_.arm_timer(path, p.peer_fence_at, token(TimerKind::peer_quiesce, generation));
+    reconnect_early(path);
     return true;
   }
   // The time rule always stands behind CCR: a reset that fails or never answers costs the hold.
   env_.arm_timer(path, detect_ns + p.facts.times.hold_ns, token(TimerKind::hold, generation));
   // Our own teardown waits for the CCR: were our admin queue's close to end the controller
   // first, the CCR would find nothing to reset and prove nothing.
-  if (!(p.facts.can_be_reset && try_ccr(path))) tear_down(path);
+  if (!(p.facts.can_be_reset && try_ccr(path))) {
+    tear_down(path);
+    reconnect_early(path);
+  }
   return true;
+}
+
+// Only timers are left to fence the failed generation (our side is down, no CCR of it is in
+// progress): connect a new one now instead of after them.
+void FailoverMachine::reconnect_early(int path) {
+  auto& p = paths_[idx(path)];
+  if (!timing_.reconnect_before_fence || p.state != PathState::failed || !p.torn_down || p.connecting ||
+      p.retired || p.unfenced)
+    return;
+  connect(path);
 }
 
 void FailoverMachine::tear_down(int path) {
@@ -167,13 +181,20 @@ void FailoverMachine::on_ccr_done(int failed, int via, uint32_t generation, bool
     return;
   }
   // Another controller may do better; the hold timer is armed regardless.
-  if (!try_ccr(failed)) tear_down(failed);
+  if (!try_ccr(failed)) {
+    tear_down(failed);
+    reconnect_early(failed);
+  }
 }
 
 void FailoverMachine::on_timer(int path, uint64_t tok) {
   auto& p = paths_[idx(path)];
   const auto kind = static_cast<TimerKind>(tok & 0xff);
   const auto generation = static_cast<uint32_t>(tok >> 8);
+  if (p.unfenced && generation == p.unfenced_gen && kind != TimerKind::reconnect) {
+    fence_old(path, kind == TimerKind::hold ? FenceRule::time : FenceRule::peer_closed);
+    return;
+  }
   if (generation != p.generation) return;
   switch (kind) {
     case TimerKind::hold:
@@ -184,8 +205,21 @@ void FailoverMachine::on_timer(int path, uint64_t tok) {
       return;
     case TimerKind::reconnect:
       if (p.state == PathState::fenced && !p.connecting && !p.retired) connect(path);
+      else reconnect_early(path);
       return;
   }
+}
+
+void FailoverMachine::fence_old(int path, FenceRule rule) {
+  auto& p = paths_[idx(path)];
+  p.unfenced = false;
+  env_.publish_fenced(path, p.unfenced_gen, rule);
+  if (p.deferred) {
+    p.deferred = false;
+    env_.publish_fenced(path, p.deferred_gen, p.deferred_rule);
+  }
+  // A removal that waited for this fence (drained, or fenced itself meanwhile) ends now.
+  if (p.retired && p.state == PathState::fenced && !p.connecting) finish_removal(path);
 }
 
 void FailoverMachine::fence(int path, FenceRule rule) {
@@ -193,13 +227,19 @@ void FailoverMachine::fence(int path, FenceRule rule) {
   tear_down(path);
   p.state = PathState::fenced;
   p.rule = rule;
-  env_.publish_fenced(path, p.generation, rule);
+  if (p.unfenced) {
+    p.deferred = true;  // not before the older generation's fence (fence_old publishes both)
+    p.deferred_gen = p.generation;
+    p.deferred_rule = rule;
+  } else {
+    env_.publish_fenced(path, p.generation, rule);
+  }
   p.backoff = timing_.reconnect_min;
   if (p.retired) {
-    finish_removal(path);
+    if (!p.unfenced && !p.connecting) finish_removal(path);
     return;
   }
-  connect(path);
+  if (!p.connecting) connect(path);  // an early reconnect may be under way already
 }
 
 void FailoverMachine::connect(int path) {
@@ -211,13 +251,19 @@ void FailoverMachine::connect(int path) {
 void FailoverMachine::on_connect_done(int path, bool ok, const PathFacts& facts) {
   auto& p = paths_[idx(path)];
   p.connecting = false;
-  if (p.state != PathState::fenced) return;
+  const bool early = p.state == PathState::failed;  // reconnect_early: the fence is still to come
+  if (p.state != PathState::fenced && !early) return;
   if (p.retired) {
-    // Removed while it connected: nothing was sent on the new connection; the owner closes it.
-    finish_removal(path);
+    // Removed while it connected: nothing was sent on the new connection; the owner closes it
+    // once the path is removed (a failed one still waits for its fence).
+    if (!early && !p.unfenced) finish_removal(path);
     return;
   }
   if (ok) {
+    if (early) {
+      p.unfenced = true;
+      p.unfenced_gen = p.generation;
+    }
     ++p.generation;
     p.state = PathState::live;
     p.facts = facts;
@@ -260,8 +306,9 @@ void FailoverMachine::remove_path(int path) {
     case PathState::connecting:
     case PathState::draining:
     case PathState::removed:
-      // A connect in progress ends in on_connect_done, which removes it.
-      if (!p.connecting) finish_removal(path);
+      // A connect in progress ends in on_connect_done, which removes it; an older generation
+      // still waiting for its fence, fence_old.
+      if (!p.connecting && !p.unfenced) finish_removal(path);
       return;
   }
 }
@@ -271,6 +318,7 @@ void FailoverMachine::drained(int path) {
   // A failure while it drained took over: the fence removes it.
   if (!p.retired || p.gone || p.state != PathState::live) return;
   p.state = PathState::fenced;  // every command it had completed: nothing of it can execute
+  if (p.unfenced) return;       // but an older generation's writes still wait: fence_old removes it
   finish_removal(path);
 }
 

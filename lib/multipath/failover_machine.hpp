@@ -16,6 +16,14 @@
 //      controller reports no CQT, the configured bound stands in for it.
 // Tearing our own socket down proves nothing (across a partition the controller never sees it).
 //
+// Reconnecting does not wait for the fence. Once our side of a failed controller is torn down
+// and no CCR of it is in progress (what is left is a timer: the hold, or the quiesce time after
+// the controller closed on us), the path connects again at once, with backoff while it cannot,
+// and carries new I/O as a new generation. Only the old generation's writes whose outcome is
+// unknown wait for its fence (the lanes hold writes overlapping them too). A newer generation's
+// fence is published only after the older one's: fenced_through only grows, and a CCR of the new
+// controller proves nothing of the old one.
+//
 // Threading: not thread safe; one owner (the volume's control thread) calls everything.
 #pragma once
 
@@ -116,6 +124,8 @@ class FailoverMachine {
   struct Timing {
     std::chrono::milliseconds reconnect_min{10};
     std::chrono::milliseconds reconnect_max{1000};
+    /// false: a failed path reconnects only once fenced (the negative control of the tests).
+    bool reconnect_before_fence = true;
   };
 
   FailoverMachine(FailoverEnv& env, size_t npaths, Timing timing, FenceMode mode);
@@ -151,6 +161,8 @@ class FailoverMachine {
   std::chrono::milliseconds backoff(int path) const noexcept { return paths_[idx(path)].backoff; }
   /// CCRs in progress through `path`.
   uint32_t ccr_in_progress(int path) const noexcept { return paths_[idx(path)].ccr_out; }
+  /// An older generation of `path` (reconnected before its fence) whose fence is still to come.
+  bool awaiting_old_fence(int path) const noexcept { return paths_[idx(path)].unfenced; }
 
  private:
   enum class TimerKind : uint8_t { hold = 1, peer_quiesce = 2, reconnect = 3 };
@@ -168,6 +180,13 @@ class FailoverMachine {
     bool connecting = false;
     bool retired = false;                 // being removed, or removed
     bool gone = false;                    // removed (FailoverEnv::removed called)
+    // Reconnected before its fence: generation `unfenced_gen` still waits for its timers.
+    bool unfenced = false;
+    uint32_t unfenced_gen = 0;
+    // A newer generation fenced meanwhile, published once the older one is.
+    bool deferred = false;
+    uint32_t deferred_gen = 0;
+    FenceRule deferred_rule = FenceRule::none;
   };
 
   static size_t idx(int p) noexcept { return static_cast<size_t>(p); }
@@ -178,6 +197,8 @@ class FailoverMachine {
   void tear_down(int path);
   bool try_ccr(int failed);
   void connect(int path);
+  void reconnect_early(int path);
+  void fence_old(int path, FenceRule rule);
   void finish_removal(int path);
 
   FailoverEnv& env_;

@@ -38,6 +38,12 @@ inline void (*g_lane_turn_for_test)(int lane) = nullptr;
 /// The negative control of the lane-stall rule (kLaneStallNs in lane.cpp): while true, a lane
 /// that was not run for a while counts that time as its paths' silence, as it once did.
 inline bool g_no_stall_rule_for_test = false;
+/// The negative control of reconnecting before the fence (FailoverMachine::Timing): while true
+/// when a volume's subsystem is connected, its failed paths reconnect only once fenced.
+inline bool g_no_early_reconnect_for_test = false;
+/// The negative control of holding writes that overlap a write waiting for its fence (Lane):
+/// while true, such writes go out at once.
+inline bool g_no_overlap_hold_for_test = false;
 /// When set, called on the thread in Volume::stats() each time it starts waiting for a lane that
 /// has not answered yet, with the deadline of that wait: a stats() call that waits once for all
 /// its held-up lanes reports the same deadline for each of them. Set and cleared while no

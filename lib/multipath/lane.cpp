@@ -144,7 +144,7 @@ void Lane::stop() {
 
 bool Lane::quiescent() const noexcept {
   return inflight_total_.load(std::memory_order_relaxed) == 0 && waiting_.empty() && fenced_.empty() &&
-         delayed_.empty() && orphans_.empty() && backlog_head_ == nullptr && graveyard_.empty();
+         overlapping_.empty() && delayed_.empty() && orphans_.empty() && backlog_head_ == nullptr && graveyard_.empty();
 }
 
 uint64_t Lane::spin_budget_ns() const noexcept {
@@ -168,7 +168,7 @@ void Lane::shutdown_on_reactor() noexcept {
   // no caller waits forever.
   const NvmeStatus gone = NvmeStatus::make(Sct::path, 0x70, true);
   while (VolumeIo* io = ring_.pop()) deliver(*io, gone);
-  for (AttemptList* l : {&waiting_, &fenced_, &delayed_})
+  for (AttemptList* l : {&waiting_, &fenced_, &overlapping_, &delayed_})
     while (Attempt* a = l->pop_front()) finish_piece(*a, gone);
   for (auto& lp : paths_)
     if (lp && lp->qp) lp->qp->close();
@@ -212,7 +212,33 @@ Attempt* Lane::alloc_attempt() noexcept {
   return a;
 }
 
+void Lane::hold_write(Attempt& a) noexcept {
+  if (a.held) return;
+  a.held = true;
+  VolumeNs& ns = *io_state(*a.io).ns;
+  std::lock_guard lock(ns.held_mu);
+  ns.held.push_back({a.slba, a.io->op == IoOp::dsm ? 0 : uint64_t{a.nlb}, &a});
+  ns.held_count.store(static_cast<uint32_t>(ns.held.size()), std::memory_order_relaxed);
+}
+
+bool Lane::overlaps_held(const Attempt& a) noexcept {
+  VolumeNs& ns = *io_state(*a.io).ns;
+  if (ns.held_count.load(std::memory_order_relaxed) == 0 || g_no_overlap_hold_for_test) return false;
+  const bool dsm = a.io->op == IoOp::dsm;
+  std::lock_guard lock(ns.held_mu);
+  for (const VolumeNs::HeldWrite& h : ns.held)
+    if (dsm || h.nlb == 0 || (a.slba < h.slba + h.nlb && h.slba < a.slba + a.nlb)) return true;
+  return false;
+}
+
 void Lane::free_attempt(Attempt* a) noexcept {
+  if (a->held) [[unlikely]] {
+    a->held = false;
+    VolumeNs& ns = *io_state(*a->io).ns;
+    std::lock_guard lock(ns.held_mu);
+    std::erase_if(ns.held, [a](const VolumeNs::HeldWrite& h) { return h.owner == a; });
+    ns.held_count.store(static_cast<uint32_t>(ns.held.size()), std::memory_order_relaxed);
+  }
   a->role = Attempt::Role::plain;
   a->twin = nullptr;
   a->abandoned = false;
@@ -276,6 +302,10 @@ void Lane::launch(VolumeIo& io) noexcept {
     a->release_ns = 0;
     a->attempts = 0;
     a->status_failures = 0;
+    if (mutates(io.op) && overlaps_held(*a)) [[unlikely]] {
+      overlapping_.push_back(a);
+      continue;
+    }
     issue(*a);
   }
 }
@@ -520,6 +550,7 @@ void Lane::handle_completion(Attempt& a, const Cqe& cqe) noexcept {
     a.release_ns = current && lp.peer_closed_ns ? lp.peer_closed_ns + sp.quiesce_ns.load(std::memory_order_relaxed)
                                                 : UINT64_MAX;
     trace(*a.io, IoTraceEvent::fenced, a.path);
+    hold_write(a);
     fenced_.push_back(&a);
     return;
   }
@@ -995,6 +1026,16 @@ int Lane::turn() noexcept {
       ++events;
     } else {
       fenced_.push_back(a);
+    }
+  }
+  // New writes overlapping a held one: out once it has completed (from whichever lane).
+  for (uint32_t n = overlapping_.size; n > 0; --n) {
+    Attempt* a = overlapping_.pop_front();
+    if (overlaps_held(*a)) {
+      overlapping_.push_back(a);
+    } else {
+      issue(*a);
+      ++events;
     }
   }
   release(delayed_);

@@ -339,7 +339,7 @@ Result<void> SubsystemPaths::open(const VolumeOptions& vo, std::shared_ptr<Volum
     if (sp->address().transport == Transport::passthrough && !host_->options().big_entries)
       return Errc::invalid_argument;  // its commands need the engine's big ring entries
   open_ns_ = Reactor::clock_ns();
-  FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max};
+  FailoverMachine::Timing timing{opts_.reconnect_min, opts_.reconnect_max, !g_no_early_reconnect_for_test};
   machine_ = std::make_unique<FailoverMachine>(*this, paths().size(), timing, opts_.fence);
 
   std::error_code first_error;
@@ -696,10 +696,12 @@ void SubsystemPaths::start_ccr(int failed, int via, uint32_t generation) {
 
 void SubsystemPaths::publish_fenced(int path, uint32_t generation, FenceRule rule) {
   auto& s = *paths_[static_cast<size_t>(path)];
-  s.fenced_through.store(generation + 1, std::memory_order_release);
-  s.state.store(PathState::fenced, std::memory_order_release);
+  if (s.fenced_through.load() < generation + 1) s.fenced_through.store(generation + 1, std::memory_order_release);
+  // An older generation fenced after the path reconnected: the path stays as it is.
+  const bool current = s.generation.load() == generation;
+  if (current) s.state.store(PathState::fenced, std::memory_order_release);
   std::lock_guard lock(timeline_mu_);
-  if (FailoverEvent* found = event_at(s.event.load())) {
+  if (FailoverEvent* found = event_at(current ? s.event.load() : s.unfenced_event)) {
     auto& ev = *found;
     ev.fenced_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     ev.fence_rule = to_string(rule);
@@ -743,6 +745,8 @@ void SubsystemPaths::publish_live(int path, uint32_t generation) {
       auto& ev = *found;
       ev.reconnected_us = static_cast<int64_t>((Reactor::clock_ns() - ev.detect_ns) / 1000);
     }
+    // Reconnected before the old generation's fence: that failover's fence is stamped later.
+    if (sp.fenced_through.load() < generation) sp.unfenced_event = sp.event.load();
     sp.event.store(-1);
   }
   nvmeof::detail::log_info("nvmeof: path %s reconnected\n", sp.address().to_string().c_str());

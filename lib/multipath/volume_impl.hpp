@@ -81,6 +81,9 @@ struct SharedPath {
   /// pair of generation g can no longer execute once fenced_through > g.
   std::atomic<uint32_t> fenced_through{0};
   std::atomic<int> event{-1};            ///< timeline index of the open failover, -1 none
+  /// Timeline index of the failover of an older generation that reconnected before its fence
+  /// (control thread only): its fence, when it comes, is stamped there.
+  int unfenced_event = -1;
   /// What the lanes' probe of a silent path reads (one block): a namespace of some volume on
   /// this path (the newest bound; a closed volume's stays until another is bound, and any
   /// answer, even an error, shows the controller alive).
@@ -164,6 +167,20 @@ struct VolumeNs {
   std::atomic<uint64_t> inflight{0};
   /// Path p can carry this volume's I/O as far as the namespace goes (found there, ANA usable).
   bool usable_on(size_t p) const noexcept;
+
+  /// Writes of this volume waiting for their old controller's fence, from every lane, from the
+  /// moment they are held until they complete: a new write overlapping one waits until it has
+  /// completed (Lane::overlaps_held), so the held write, which may still execute on the old
+  /// controller, can never land after it. `held_count` is the lanes' one relaxed load per write
+  /// while nothing is held; the list is under `held_mu`.
+  struct HeldWrite {
+    uint64_t slba = 0;
+    uint64_t nlb = 0;  ///< 0: a DSM (its ranges are in its buffer), taken as overlapping all
+    const void* owner = nullptr;
+  };
+  std::atomic<uint32_t> held_count{0};
+  std::mutex held_mu;
+  std::vector<HeldWrite> held;
 };
 
 struct AttemptList;
@@ -198,6 +215,7 @@ struct Attempt {
   bool abandoned = false;      // its result is not wanted: freed when it completes
   bool hedge_won = false;      // primary: its hedge delivered the data; finish when it completes
   bool hedge_failed = false;   // primary: a hedge of it failed; hedged again only on a clean path
+  bool held = false;           // in its volume's held writes (VolumeNs::held) until it completes
   std::unique_ptr<uint8_t[]> bounce;  // hedge: where its data lands
   AttemptList* list = nullptr;  // the list it is on, if any
   Attempt* prev = nullptr;   // in-flight list of its path, or a wait list
@@ -402,6 +420,9 @@ class Lane final : public QueuePairListener {
   uint64_t deadline_ns(const LanePath& lp, const Attempt& a) const noexcept;
   Attempt* alloc_attempt() noexcept;
   void free_attempt(Attempt* a) noexcept;
+  /// VolumeNs::held: add a write waiting for its fence; whether a new one overlaps any.
+  static void hold_write(Attempt& a) noexcept;
+  static bool overlaps_held(const Attempt& a) noexcept;
   void stamp_event(int p, int event, bool success, IoOp op) noexcept;
   uint32_t blocks_per_piece(const VolumeIo& io) const noexcept;
   uint32_t pieces_of(const VolumeIo& io) const noexcept;
@@ -427,6 +448,7 @@ class Lane final : public QueuePairListener {
   VolumeIo* backlog_tail_ = nullptr;
   AttemptList waiting_;        // no usable path
   AttemptList fenced_;         // writes waiting for their old path's fence
+  AttemptList overlapping_;    // new writes overlapping a held one: wait until it completes
   AttemptList delayed_;        // CRD delay or queue full
   AttemptList orphans_;        // in flight on a queue pair that was closed or replaced
   std::atomic<uint64_t> inflight_total_{0};

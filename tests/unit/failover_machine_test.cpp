@@ -331,14 +331,17 @@ TEST_CASE("a failed path removed before its fence is removed by the fence, write
   FakeEnv env;
   auto m = make(env, 2, FenceMode::safe, fabric_facts(100, 10, 0));  // no CCR: the hold
   REQUIRE(m.on_failure(1, 0, LossCause::local, env.now));
+  REQUIRE(env.connects.size() == 1);  // the reconnect that does not wait for the fence
   m.remove_path(1);
   CHECK_FALSE(env.has("removed 1"));
+  m.on_connect_done(1, true, fabric_facts());  // it ends after the removal: never live
+  CHECK_FALSE(env.has("live 1 gen 1"));
   env.advance_to(env.now + 309 * kMs, m);
   CHECK_FALSE(env.has("removed 1"));
   env.advance_to(env.now + 2 * kMs, m);
   CHECK(env.has("fenced 1 gen 0 time"));
   CHECK(env.has("removed 1"));
-  CHECK(env.connects.empty());
+  CHECK(env.connects.size() == 1);
 }
 
 TEST_CASE("a path removed while it reconnects is removed when the connect ends, never going live",
@@ -392,4 +395,110 @@ TEST_CASE("a path not connected when removed is removed at once", "[failover][pa
   CHECK(env.has("removed 1"));
   env.advance_to(env.now + 2000 * kMs, m);  // its reconnect timer fires into nothing
   CHECK(env.connects.empty());
+}
+
+TEST_CASE("a failed path reconnects before its fence; only the old generation waits for it", "[failover][early]") {
+  FakeEnv env;
+  auto m = make(env, 2, FenceMode::safe, fabric_facts(100, 10, 0));  // no CCR: the hold
+  const uint64_t t0 = env.now;
+  REQUIRE(m.on_failure(0, 0, LossCause::local, t0));
+  CHECK(env.has("teardown 0"));
+  REQUIRE(env.connects == std::vector<int>{0});  // at once, not after the hold
+  CHECK(env.connect_generations.back() == 1);
+  env.advance_to(t0 + 5 * kMs, m);
+  m.on_connect_done(0, true, fabric_facts(100, 10, 0));
+  CHECK(m.state(0) == PathState::live);
+  CHECK(m.generation(0) == 1);
+  CHECK(env.has("live 0 gen 1"));
+  CHECK(m.awaiting_old_fence(0));
+  CHECK_FALSE(env.has("fenced 0 gen 0 time"));  // the old generation's writes still wait
+  env.advance_to(t0 + 309 * kMs, m);
+  CHECK_FALSE(env.has("fenced 0 gen 0 time"));
+  env.advance_to(t0 + 310 * kMs, m);
+  CHECK(env.has("fenced 0 gen 0 time"));
+  CHECK(m.state(0) == PathState::live);  // the new generation is untouched
+  CHECK_FALSE(m.awaiting_old_fence(0));
+  CHECK(env.connects.size() == 1);
+}
+
+TEST_CASE("an early reconnect that fails backs off and tries again before the fence", "[failover][early]") {
+  FakeEnv env;
+  auto m = make(env, 1);  // one path: nobody to send a CCR through
+  const uint64_t t0 = env.now;
+  REQUIRE(m.on_failure(0, 0, LossCause::local, t0));
+  REQUIRE(env.connects.size() == 1);
+  m.on_connect_done(0, false, {});
+  REQUIRE(env.timers.size() == 2);  // the hold and the backoff
+  env.advance_to(t0 + 20 * kMs, m);
+  CHECK(env.connects.size() == 2);
+  CHECK(m.state(0) == PathState::failed);
+  m.on_connect_done(0, true, fabric_facts());
+  CHECK(m.state(0) == PathState::live);
+  env.advance_to(t0 + 310 * kMs, m);
+  CHECK(env.has("fenced 0 gen 0 time"));
+}
+
+TEST_CASE("a CCR in progress is waited for: the controller must exist for it to name", "[failover][early]") {
+  FakeEnv env;
+  auto m = make(env, 2);
+  REQUIRE(m.on_failure(0, 0, LossCause::local, env.now));
+  REQUIRE(env.ccrs.size() == 1);
+  CHECK(env.connects.empty());
+  m.on_ccr_done(0, 1, 0, false);  // refused: only the hold is left
+  CHECK(env.has("teardown 0"));
+  CHECK(env.connects == std::vector<int>{0});
+}
+
+TEST_CASE("a newer generation's fence is published only after the older one's", "[failover][early]") {
+  FakeEnv env;
+  auto m = make(env, 2);
+  const uint64_t t0 = env.now;
+  REQUIRE(m.on_failure(0, 0, LossCause::local, t0));
+  m.on_ccr_done(0, 1, 0, false);  // generation 0 waits for its hold (t0 + 310 ms)
+  m.on_connect_done(0, true, fabric_facts());
+  REQUIRE(m.generation(0) == 1);
+  // Generation 1 fails too and is fenced by a CCR of its own controller: that proves nothing
+  // of generation 0's controller.
+  REQUIRE(m.on_failure(0, 1, LossCause::local, t0 + 50 * kMs));
+  REQUIRE(env.ccrs.size() == 2);
+  CHECK(env.connects.size() == 1);  // no second early reconnect while generation 0 waits
+  m.on_ccr_done(0, 1, 1, true);
+  CHECK(m.state(0) == PathState::fenced);
+  CHECK_FALSE(env.has("fenced 0 gen 1 ccr"));
+  CHECK(env.connects.size() == 2);  // fenced: it reconnects as always
+  env.advance_to(t0 + 310 * kMs, m);
+  const auto old_at = std::find(env.log.begin(), env.log.end(), "fenced 0 gen 0 time");
+  const auto new_at = std::find(env.log.begin(), env.log.end(), "fenced 0 gen 1 ccr");
+  REQUIRE(old_at != env.log.end());
+  REQUIRE(new_at != env.log.end());
+  CHECK(old_at < new_at);
+}
+
+TEST_CASE("a reconnected path removed before its old fence is removed by that fence", "[failover][early]") {
+  FakeEnv env;
+  auto m = make(env, 2, FenceMode::safe, fabric_facts(100, 10, 0));
+  const uint64_t t0 = env.now;
+  REQUIRE(m.on_failure(1, 0, LossCause::local, t0));
+  m.on_connect_done(1, true, fabric_facts(100, 10, 0));
+  REQUIRE(m.state(1) == PathState::live);
+  m.remove_path(1);
+  CHECK(env.has("drain 1"));
+  m.drained(1);
+  CHECK_FALSE(env.has("removed 1"));  // generation 0's writes still wait
+  env.advance_to(t0 + 310 * kMs, m);
+  CHECK(env.has("fenced 1 gen 0 time"));
+  CHECK(env.has("removed 1"));
+}
+
+TEST_CASE("negative control: reconnect_before_fence off reconnects only once fenced", "[failover][early]") {
+  FakeEnv env;
+  FailoverMachine m(env, 2, {10ms, 1000ms, false}, FenceMode::safe);
+  m.opened(0, fabric_facts(100, 10, 0));
+  m.opened(1, fabric_facts(100, 10, 0));
+  const uint64_t t0 = env.now;
+  REQUIRE(m.on_failure(0, 0, LossCause::local, t0));
+  env.advance_to(t0 + 309 * kMs, m);
+  CHECK(env.connects.empty());
+  env.advance_to(t0 + 310 * kMs, m);
+  CHECK(env.connects == std::vector<int>{0});
 }
