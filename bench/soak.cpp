@@ -947,7 +947,17 @@ int main(int argc, char** argv) {
                "this process");
   app.add_option("--target-binary", target_binary, "the nvmeof-target that --target-process runs")
       ->capture_default_str();
+  std::string ccr = "on";
+  app.add_option("--ccr", ccr,
+                 "Cross-Controller Reset, the embedded target's and the host's: on, or off (writes of a failed path "
+                 "wait for the TP4129 hold, and a path back within it reconnects before its fence)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (ccr == "off" && target_process) {
+    std::fprintf(stderr, "nvmeof-soak: --ccr off needs the embedded target (not --target-process)\n");
+    return 2;
+  }
   if (bs % 4096 != 0) {
     std::fprintf(stderr, "nvmeof-soak: --bs must be a multiple of 4096\n");
     return 2;
@@ -976,6 +986,7 @@ int main(int argc, char** argv) {
   } else {
     TargetOptions to;
     to.ports.assign(paths, TargetPort{"127.0.0.1", "0", AnaState::optimized});
+    if (ccr == "off") to.ccr = CcrSupport::disabled;
     to.subsystems.resize(subsystems);
     for (unsigned i = 0; i < subsystems; ++i) {
       to.subsystems[i] = to.subsystems[0];
@@ -1009,6 +1020,7 @@ int main(int argc, char** argv) {
       for (size_t p = 0; p < paths; ++p) vo.paths.push_back(*TransportAddress::parse(addresses[p]));
       vo.connect.subnqn = subsystem_nqn(i, subsystems);
       vo.connect.kato_ms = kKatoShortest;
+      vo.use_ccr = ccr == "on";
       vo.nsid = n;
       auto vol = Volume::open(*host, vo);
       if (!vol) {
