@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/crc32c.hpp"
@@ -304,4 +307,61 @@ TEST_CASE("data offset honours digest and alignment", "[pdu]") {
   CHECK(data_offset(72, Negotiated{true, false, 0}) == 76u);
   CHECK(data_offset(24, Negotiated{true, true, 31}) == 128u);
   CHECK(data_offset(24, Negotiated{false, false, 1}) == 24u);
+}
+
+// What recv_direct does with a large C2HData payload: the header and the first bytes through
+// consume(), the rest written straight into data_room() and handed over with consume_placed().
+TEST_CASE("C2HData received in place: the data lands once, its digest is checked, the PDU ends", "[pdu]") {
+  for (bool ddgst : {false, true}) {
+    const Negotiated n = digests(true, ddgst);
+    DataHeader dh;
+    const auto payload = pattern(20000, 5);
+    fill_c2h_data(dh, 3, 0, static_cast<uint32_t>(payload.size()), true, false, n);
+    std::vector<uint8_t> w = wire(&dh, sizeof dh, payload);
+    const size_t data_at = dh.ch.pdo;
+    const size_t first = data_at + 1000;  // the header and 1,000 bytes of data through consume()
+
+    SECTION(std::string("data digest ") + (ddgst ? "on" : "off")) {
+      PduReader reader(Role::host, 1 << 20);
+      reader.set_negotiated(n);
+      Collector c;
+      CHECK(reader.data_room().empty());
+      REQUIRE(reader.consume(w.data(), first, c).error == Errc::ok);
+      std::span<uint8_t> room = reader.data_room();
+      REQUIRE(room.size() == payload.size() - 1000);
+      REQUIRE(room.data() == c.buf.data() + 1000);
+      // Two receives in place, as the socket delivers them.
+      std::memcpy(room.data(), w.data() + first, 7000);
+      REQUIRE(reader.consume_placed(7000, c).error == Errc::ok);
+      CHECK(c.pdus.empty());
+      room = reader.data_room();
+      REQUIRE(room.size() == payload.size() - 8000);
+      std::memcpy(room.data(), w.data() + first + 7000, room.size());
+      REQUIRE(reader.consume_placed(room.size(), c).error == Errc::ok);
+      CHECK(reader.data_room().empty());
+      if (ddgst) {
+        CHECK(c.pdus.empty());  // the digest is still to come, through consume()
+        const size_t rest = w.size() - (data_at + payload.size());
+        REQUIRE(reader.consume(w.data() + data_at + payload.size(), rest, c).error == Errc::ok);
+      }
+      REQUIRE(c.pdus.size() == 1);
+      CHECK(c.pdus[0].data == payload);
+      CHECK(reader.at_boundary());
+    }
+    if (ddgst) {
+      SECTION("a payload corrupted on the way in place fails its data digest") {
+        PduReader reader(Role::host, 1 << 20);
+        reader.set_negotiated(n);
+        Collector c;
+        REQUIRE(reader.consume(w.data(), first, c).error == Errc::ok);
+        const std::span<uint8_t> room = reader.data_room();
+        std::memcpy(room.data(), w.data() + first, room.size());
+        room[100] ^= 0x40;
+        REQUIRE(reader.consume_placed(room.size(), c).error == Errc::ok);
+        const size_t rest = w.size() - (data_at + payload.size());
+        CHECK(reader.consume(w.data() + data_at + payload.size(), rest, c).error == Errc::data_digest_error);
+        CHECK(c.pdus.empty());
+      }
+    }
+  }
 }

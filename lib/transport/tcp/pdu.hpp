@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "nvmeof/command.hpp"
 #include "nvmeof/status.hpp"
@@ -225,6 +226,18 @@ class PduReader {
   };
   template <class Handler>
   Consumed consume(const uint8_t* p, size_t n, Handler& h, ConsumeUntil until = ConsumeUntil::input_end) noexcept;
+
+  /// Where the rest of the current PDU's data goes, when the reader is inside a data payload
+  /// whose destination is a buffer (empty otherwise): a receive may write up to that many bytes
+  /// there itself and hand them over with consume_placed(), saving the copy consume() makes.
+  std::span<uint8_t> data_room() const noexcept {
+    if (phase_ != Phase::data || !dst_) return {};
+    return {dst_ + got_, check_.data_len - got_};
+  }
+  /// `n` bytes (at most data_room().size()) were written straight to data_room(): account them
+  /// as consume() would have (data digest, the end of the PDU and its on_pdu).
+  template <class Handler>
+  Consumed consume_placed(size_t n, Handler& h) noexcept;
 
  private:
   enum class Phase : uint8_t { common, header, pad, data, ddgst };

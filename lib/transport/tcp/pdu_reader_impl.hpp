@@ -99,4 +99,18 @@ PduReader::Consumed PduReader::consume(const uint8_t* p, size_t n, Handler& h, C
   return {used, err};
 }
 
+template <class Handler>
+PduReader::Consumed PduReader::consume_placed(size_t n, Handler& h) noexcept {
+  if (check_.has_ddgst) crc_ = detail::crc32c_update(crc_, dst_ + got_, n);
+  got_ += static_cast<uint32_t>(n);
+  if (got_ < check_.data_len) return {n, Errc::ok};
+  got_ = 0;
+  if (check_.has_ddgst) {
+    phase_ = Phase::ddgst;
+    return {n, Errc::ok};
+  }
+  phase_ = Phase::common;
+  return {n, h.on_pdu(hdr_, check_)};
+}
+
 }  // namespace nvmeof::tcp

@@ -28,6 +28,9 @@ constexpr auto kDrainBound = std::chrono::seconds(2);
 constexpr size_t kTlsTxChunk = 256u << 10;
 constexpr size_t kTlsPlain = 64u << 10;
 constexpr size_t kTlsStage = 16u << 10;
+// A C2HData payload with at least this much still to come is received in place (recv_direct):
+// below it the copy costs less than the extra receive call it takes to stop at the payload's end.
+constexpr size_t kPlacedRecvMin = 4096;
 
 using Dir = CommandSlot::Dir;
 using Phase = CommandSlot::Phase;
@@ -449,7 +452,14 @@ bool QueuePair::send_direct() noexcept {
 int QueuePair::recv_direct() noexcept {
   IoCore& c = *core_;
   if (state_ != QpState::live) return 0;
-  const ssize_t n = ::recv(c.fd, c.rbuf.data(), c.rbuf_len, MSG_DONTWAIT);
+  // The rest of a large C2HData payload is received straight into the command's buffer: the
+  // kernel's copy only, not that and ours out of rbuf. Only here, where the receive ends within
+  // this call: a hedge that wins later (detach_data) can never meet a receive still writing into
+  // the buffer it gave back. A ring receive (armed while the reactor sleeps) always uses rbuf.
+  const std::span<uint8_t> room = tls_ ? std::span<uint8_t>{} : reader_.data_room();
+  const bool placed = room.size() >= kPlacedRecvMin;
+  const ssize_t n = placed ? ::recv(c.fd, room.data(), room.size(), MSG_DONTWAIT)
+                           : ::recv(c.fd, c.rbuf.data(), c.rbuf_len, MSG_DONTWAIT);
   io_uring_cqe cqe{};
   if (n < 0) {
     const int e = errno;
@@ -457,6 +467,12 @@ int QueuePair::recv_direct() noexcept {
     cqe.res = -e;
   } else {
     cqe.res = static_cast<int32_t>(n);
+  }
+  if (placed && n > 0) {
+    RecvSink sink{*this};
+    fail_detail_ = nullptr;
+    after_consume(reader_.consume_placed(static_cast<size_t>(n), sink).error);
+    return 1;
   }
   on_recv(cqe);
   return 1;
@@ -516,16 +532,17 @@ void QueuePair::on_recv(const io_uring_cqe& cqe) noexcept {
   }
   RecvSink sink{*this};
   fail_detail_ = nullptr;
-  const Errc err = reader_.consume(static_cast<uint8_t*>(c.rbuf.data()), static_cast<size_t>(cqe.res), sink).error;
+  after_consume(reader_.consume(static_cast<uint8_t*>(c.rbuf.data()), static_cast<size_t>(cqe.res), sink).error);
+  // The poller arms the next receive once this turn's send is queued (poll_fn).
+}
+
+void QueuePair::after_consume(Errc err) noexcept {
   if (state_ != QpState::live) {
     // A completion callback closed the pair, or a handler failed it.
-    if (c.inflight == 0) finish_teardown();
+    if (core_->inflight == 0) finish_teardown();
     return;
   }
-  if (err != Errc::ok) {
-    fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
-  }
-  // The poller arms the next receive once this turn's send is queued (poll_fn).
+  if (err != Errc::ok) fail(make_error_code(err), fail_detail_ ? fail_detail_ : reader_.last_check().what);
 }
 
 bool QueuePair::detach_data(IoRequest& req) noexcept {

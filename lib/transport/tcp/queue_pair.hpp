@@ -218,6 +218,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   bool send_direct() noexcept;
   int recv_direct() noexcept;
   void on_recv(const io_uring_cqe& cqe) noexcept;
+  /// What follows feeding received bytes to the reader: a pair closed meanwhile finishes its
+  /// teardown, a reader error fails it.
+  void after_consume(Errc err) noexcept;
   void on_send(const io_uring_cqe& cqe) noexcept;
   // The TLS halves of flush/on_send/on_recv (the end of queue_pair.cpp).
   bool tls_encrypt_batch() noexcept;
