@@ -778,14 +778,14 @@ uint64_t Controller::keep_alives_sent() const noexcept {
 bool Controller::is_live() const noexcept { return core_of(*this).live.load(); }
 
 Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,
-                                                   uint32_t depth) {
-  auto q = prepare_io_queue(ctrl, reactor, depth, detail::thread_memory_node());
+                                                   uint32_t depth, uint32_t recv_buffer) {
+  auto q = prepare_io_queue(ctrl, reactor, depth, detail::thread_memory_node(), recv_buffer);
   if (!q) return q.error();
   return q->start();
 }
 
 Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
-                                         int memory_node) {
+                                         int memory_node, uint32_t recv_buffer) {
   ControllerCore* impl_ = &core_of(ctrl);
   if (!impl_->live.load()) return Errc::not_connected;
   const uint32_t mqes = static_cast<uint32_t>(impl_->cap & 0xffff) + 1;
@@ -802,6 +802,7 @@ Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint3
   pp.on_destroy = [pool = impl_->qids, q = *qid] { pool->release(q); };
   pp.authenticate = impl_->authenticate;
   pp.tls = impl_->tls;
+  if (recv_buffer) pp.recv_buffer = recv_buffer;
   // The transports place a pair's memory on the creating thread's node.
   const int saved_node = detail::thread_memory_node();
   if (memory_node >= 0) detail::set_thread_memory_node(memory_node);

@@ -34,14 +34,15 @@ struct PreparedQueue {
 /// controller sets none). Its queue id returns to the pool when the pair is destroyed.
 /// Errors: not_connected (admin queue down), queue_full (every granted queue id in use),
 /// and those of the TCP set-up (connection_refused, timeout, an NVMe status, ...).
+/// `recv_buffer` (TCP only; 0: the default 256 KiB) sizes the pair's receive buffer.
 Result<std::unique_ptr<QueuePair>> create_io_queue(Controller& ctrl, Reactor& reactor,
-                                                   uint32_t depth = 0);
+                                                   uint32_t depth = 0, uint32_t recv_buffer = 0);
 
 /// The blocking half of create_io_queue() on any thread (not the reactor's, which it would
 /// stall for a whole connect): the pair's memory goes on `memory_node` (-1: the calling
 /// thread's); `traffic` is the controller's traffic_clock(). Errors: those of create_io_queue().
 Result<PreparedQueue> prepare_io_queue(Controller& ctrl, Reactor& reactor, uint32_t depth,
-                                         int memory_node);
+                                         int memory_node, uint32_t recv_buffer = 0);
 
 /// The Changed Namespace List log of `ctrl` (fabric::changed_namespaces), read on the calling
 /// thread (not the control thread, whose loop the read waits for).

@@ -212,6 +212,33 @@ TEST_CASE("writes read back intact at every size, with and without digests") {
   }
 }
 
+TEST_CASE("a spinning reactor receives a large read's payload straight into its buffer, a sleeping one does not") {
+  // A 4 KiB receive buffer: the first receive of a 128 KiB read takes its header and at most
+  // 4 KiB of data, so the rest is left for the receives that follow. While the reactor spins
+  // those go into the command's buffer (recv_direct); on the ring they always use the buffer.
+  const bool busy = GENERATE(false, true);
+  INFO("busy reactor: " << busy);
+  Env env;
+  if (busy) env.busy_reactor();
+  auto ctrl = env.connect(Digest::data);  // the data digest is computed over the placed bytes
+  auto qp = create_io_queue(*ctrl, *env.reactor, 32, 4096);
+  REQUIRE(qp);
+  auto* tqp = dynamic_cast<tcp::QueuePair*>(qp->get());
+  REQUIRE(tqp);
+  SyncIo io(**qp, *env.reactor, kNs4k, 4096);
+  constexpr uint32_t kNlb = 32;  // 128 KiB
+  auto data = stamped(4096, 64, kNlb, 9);
+  REQUIRE(io.write(64, kNlb, data.data()));
+  std::vector<uint8_t> back(data.size());
+  REQUIRE(io.read(64, kNlb, back.data()));
+  CHECK(all_stamped(back, 4096, 64, 9));
+  if (busy)
+    CHECK(tqp->placed_bytes() >= data.size() - 4096);
+  else
+    CHECK(tqp->placed_bytes() == 0);
+  qp->reset();
+}
+
 TEST_CASE("a queue pair reads its socket itself while the reactor spins, and arms a ring receive when it stops") {
   // An adaptive lane's spin windows (Reactor::set_spinning). The two ways never overlap: a ring
   // receive armed before the spin delivers first, none is armed while spinning, and the turn

@@ -469,6 +469,7 @@ int QueuePair::recv_direct() noexcept {
     cqe.res = static_cast<int32_t>(n);
   }
   if (placed && n > 0) {
+    placed_bytes_ += static_cast<uint64_t>(n);
     RecvSink sink{*this};
     fail_detail_ = nullptr;
     after_consume(reader_.consume_placed(static_cast<size_t>(n), sink).error);

@@ -188,6 +188,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   int inflight_ops() const noexcept;
   /// True when receives go into a buffer registered with the reactor's ring (READ_FIXED).
   bool registered_receive() const noexcept;
+  /// Payload bytes received straight into commands' buffers (recv_direct), on the reactor's
+  /// thread.
+  uint64_t placed_bytes() const noexcept { return placed_bytes_; }
   /// True while the pair polls its socket with non-blocking system calls (its reactor spins:
   /// Reactor::spinning()) rather than through ring operations.
   bool direct_socket() const noexcept { return reactor_.spinning(); }
@@ -255,6 +258,7 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   Negotiated send_neg_{};  // digests + CPDA for PDUs we send
   PduReader reader_;
   const char* fail_detail_ = "";
+  uint64_t placed_bytes_ = 0;  // placed_bytes()
 
   uint16_t sendq_head_;
   uint16_t sendq_tail_;
