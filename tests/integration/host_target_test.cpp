@@ -232,8 +232,11 @@ TEST_CASE("a spinning reactor receives a large read's payload straight into its 
   std::vector<uint8_t> back(data.size());
   REQUIRE(io.read(64, kNlb, back.data()));
   CHECK(all_stamped(back, 4096, 64, 9));
+  // The target sends the 128 KiB as one PDU. At most one receive's worth (4 KiB) goes through the
+  // buffer with the header, and the last bytes of the payload once fewer than 4 KiB are left
+  // (kPlacedRecvMin): everything else is placed.
   if (busy)
-    CHECK(tqp->placed_bytes() >= data.size() - 4096);
+    CHECK(tqp->placed_bytes() >= data.size() - 2 * 4096);
   else
     CHECK(tqp->placed_bytes() == 0);
   qp->reset();
