@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""SPDK side by side: QD1 (and optionally QD-N) 4 KiB random reads over NVMe/TCP on loopback,
-each initiator against each target, in alternating rounds.
+"""SPDK side by side: workloads over NVMe/TCP on loopback, each initiator against each target, in
+alternating rounds. By default 4 KiB random reads at each --iodepth; --workloads names others as
+RW:BS:QD (RW randread, read, randwrite or write; BS with a k or m suffix), e.g. the large
+transfers read:128k:8 read:128k:32 write:128k:8 write:128k:32 read:1m:4.
 
 Initiators: SPDK's spdk_nvme_perf (polls) and nvmeof-bench (one reactor, in each --modes poll
 mode; --no-verify, as perf checks no data either). Targets: SPDK's nvmf_tgt (a 64 MiB Malloc
-bdev) and nvmeof-target (--poll busy, 64 MiB RAM namespace). Initiators run on --client-cpu,
+bdev) and nvmeof-target (--poll busy, 64 MiB RAM namespace); --targets keeps one of them. Initiators run on --client-cpu,
 targets on --server-cpu. Both targets stay up
 for the whole run; the one not being measured is stopped (SIGSTOP), so a polling target never
 takes the CPU from the other. Every round runs every pair once, the order turning each round,
 so drift of a shared machine hits all pairs alike.
 
-The report gives, per pair, the median over the rounds of each run's mean latency, its p99 and
-IOPS, then paired ratios (each round's ratio, median over the rounds):
-  - initiator: nvmeof-bench over spdk_nvme_perf, on each target;
-  - target: nvmeof-target over nvmf_tgt, for each initiator.
+The report gives, per pair, the median over the rounds of each run's mean latency, its p99,
+IOPS and MiB/s, then paired ratios (each round's ratio, median over the rounds):
+  - initiator: nvmeof-bench over spdk_nvme_perf, on each target: mean latency, MiB/s and p99;
+  - target: nvmeof-target over nvmf_tgt, for each initiator (mean latency).
 
 SPDK is not a Debian package: build it with bench/spdk_baseline.sh (its binaries and rpc.py are
 what --spdk names). A benchmark, not a test: nothing is asserted.
   bench/spdk_compare.py --spdk DIR [--build build] [--seconds 5] [--rounds 6] [--iodepth 1]
+                        [--workloads RW:BS:QD ...] [--targets nvmf_tgt|nvmeof-target ...]
 """
 import argparse
 import json
@@ -151,9 +154,35 @@ def start_our_target(build, cpu, port, logdir):
     return t
 
 
-def run_perf(spdk, cpu, port, depth, secs):
+def parse_size(text):
+    m = re.fullmatch(r"(\d+)([kKmM]?)", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text}: not a size (4096, 4k, 1m)")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20}[m.group(2).lower()]
+
+
+def parse_workload(text):
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in ("randread", "read", "randwrite", "write"):
+        raise argparse.ArgumentTypeError(f"{text}: a workload is RW:BS:QD (RW randread, read, randwrite or write)")
+    bs = parse_size(parts[1])
+    if bs == 0 or bs % 4096:
+        raise argparse.ArgumentTypeError(f"{text}: BS must be a positive multiple of 4 KiB")
+    if not parts[2].isdigit() or not 1 <= int(parts[2]) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text}: QD must be 1 to 1024")
+    return (parts[0], bs, int(parts[2]))
+
+
+def wl_name(wl):
+    rw, bs, qd = wl
+    size = f"{bs >> 20}m" if bs % (1 << 20) == 0 else f"{bs >> 10}k"
+    return f"{rw}:{size}:{qd}"
+
+
+def run_perf(spdk, cpu, port, wl, secs):
+    rw, bs, depth = wl
     trid = f"trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{HOSTNQN}"
-    out = subprocess.run([spdk.perf, "-q", str(depth), "-o", "4096", "-w", "randread", "-t", str(secs),
+    out = subprocess.run([spdk.perf, "-q", str(depth), "-o", str(bs), "-w", rw, "-t", str(secs),
                           "-c", hex(1 << cpu), *spdk.mem(512), "-L", "-r", trid],
                          capture_output=True, text=True, timeout=secs + 60)
     text = out.stdout + out.stderr
@@ -161,19 +190,22 @@ def run_perf(spdk, cpu, port, depth, secs):
     if out.returncode != 0 or not m:
         raise RuntimeError("spdk_nvme_perf failed:\n" + text[-2000:])
     p99 = re.search(r"^\s*99\.00000%\s*:\s*([\d.]+)us", text, re.M)
-    return {"iops": float(m.group(1)), "mean_us": float(m.group(3)), "p99_us": float(p99.group(1)) if p99 else None}
+    return {"iops": float(m.group(1)), "mib_s": float(m.group(2)), "mean_us": float(m.group(3)),
+            "p99_us": float(p99.group(1)) if p99 else None}
 
 
-def run_bench(build, mode, cpu, port, depth, secs):
+def run_bench(build, mode, cpu, port, wl, secs):
+    rw, bs, depth = wl
     out = subprocess.run([os.path.join(build, "tools/nvmeof-bench"), "--target", f"127.0.0.1:{port}", "--nqn", NQN,
-                          "--rw", "randread", "--bs", "4k", "--iodepth", str(depth), "--poll", mode,
+                          "--rw", rw, "--bs", str(bs), "--iodepth", str(depth), "--poll", mode,
                           "--cpus", str(cpu), "--runtime", f"{secs}s", "--size", "64m", "--no-verify", "--json",
                           "--no-progress"],
                          capture_output=True, text=True, timeout=secs + 60)
     if out.returncode != 0:
         raise RuntimeError("nvmeof-bench failed:\n" + (out.stdout + out.stderr)[-2000:])
-    r = json.loads(out.stdout)["read"]
-    return {"iops": r["iops"], "mean_us": r["latency_us"]["mean"], "p99_us": r["latency_us"]["p99"]}
+    r = json.loads(out.stdout)["read" if "read" in rw else "write"]
+    return {"iops": r["iops"], "mib_s": r["mib_per_s"], "mean_us": r["latency_us"]["mean"],
+            "p99_us": r["latency_us"]["p99"]}
 
 
 def main():
@@ -182,7 +214,12 @@ def main():
     ap.add_argument("--build", default="build", help="our build directory")
     ap.add_argument("--seconds", type=int, default=5, help="per run")
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--iodepth", type=int, nargs="+", default=[1], help="queue depths (each a set of runs)")
+    ap.add_argument("--iodepth", type=int, nargs="+", default=[1],
+                    help="queue depths of 4 KiB random reads (each a set of runs), when no --workloads")
+    ap.add_argument("--workloads", type=parse_workload, nargs="+", default=None,
+                    help="RW:BS:QD each, e.g. read:128k:8 write:128k:32 read:1m:4 (instead of --iodepth)")
+    ap.add_argument("--targets", nargs="+", choices=["nvmf_tgt", "nvmeof-target"], default=["nvmf_tgt", "nvmeof-target"],
+                    help="targets to run against (default both)")
     ap.add_argument("--modes", nargs="+", default=["busy"], choices=["busy", "adaptive", "sleep"],
                     help="nvmeof-bench poll modes")
     ap.add_argument("--client-cpu", type=int, default=0)
@@ -190,6 +227,7 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="each run's figures on stderr as it ends")
     a = ap.parse_args()
+    workloads = a.workloads or [("randread", 4096, d) for d in a.iodepth]
     spdk = Spdk(a.spdk)
     if not spdk.ok():
         print(f"spdk_compare: no SPDK build under {a.spdk} (bench/spdk_baseline.sh builds one)", file=sys.stderr)
@@ -198,9 +236,13 @@ def main():
     logdir = tempfile.mkdtemp(prefix="spdk_compare.")
     targets = []
     try:
-        ports = [free_port(), free_port()]
-        targets.append(start_spdk_target(spdk, a.server_cpu, ports[0], logdir))
-        targets.append(start_our_target(a.build, a.server_cpu, ports[1], logdir))
+        ports = []
+        if "nvmf_tgt" in a.targets:
+            ports.append(free_port())
+            targets.append(start_spdk_target(spdk, a.server_cpu, ports[-1], logdir))
+        if "nvmeof-target" in a.targets:
+            ports.append(free_port())
+            targets.append(start_our_target(a.build, a.server_cpu, ports[-1], logdir))
         for t in targets:
             t.pause()
         inits = [("spdk_nvme_perf", None)] + [(f"nvmeof-bench {m}", m) for m in a.modes]
@@ -213,16 +255,17 @@ def main():
                 t = targets[ti]
                 t.resume()
                 try:
-                    for depth in a.iodepth:
+                    for wl in workloads:
                         io = inits[r % len(inits):] + inits[:r % len(inits)]
                         for name, mode in io:
                             t0 = time.monotonic()
-                            run = (run_perf(spdk, a.client_cpu, ports[ti], depth, a.seconds) if mode is None
-                                   else run_bench(a.build, mode, a.client_cpu, ports[ti], depth, a.seconds))
-                            res.setdefault((depth, name, t.name), []).append(run)
+                            run = (run_perf(spdk, a.client_cpu, ports[ti], wl, a.seconds) if mode is None
+                                   else run_bench(a.build, mode, a.client_cpu, ports[ti], wl, a.seconds))
+                            res.setdefault((wl, name, t.name), []).append(run)
                             if a.verbose:
-                                print(f"spdk_compare: {name} -> {t.name} QD{depth}: {run['mean_us']:.2f} us mean, "
-                                      f"{run['iops']:.0f} IOPS ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+                                print(f"spdk_compare: {name} -> {t.name} {wl_name(wl)}: {run['mean_us']:.2f} us mean, "
+                                      f"p99 {run['p99_us']} us, {run['iops']:.0f} IOPS, {run['mib_s']:.1f} MiB/s "
+                                      f"({time.monotonic() - t0:.1f} s)", file=sys.stderr)
                 finally:
                     t.pause()
             print(f"spdk_compare: round {r + 1}/{a.rounds} done", file=sys.stderr)
@@ -234,45 +277,54 @@ def main():
         v = [x[k] for x in runs if x[k] is not None]
         return statistics.median(v) if v else float("nan")
 
-    def paired(num, den):
-        return statistics.median(x["mean_us"] / y["mean_us"] for x, y in zip(num, den))
+    def paired(num, den, k):
+        v = [x[k] / y[k] for x, y in zip(num, den) if x[k] and y[k]]
+        return statistics.median(v) if v else float("nan")
 
     report = {"seconds": a.seconds, "rounds": a.rounds, "client_cpu": a.client_cpu, "server_cpu": a.server_cpu,
               "hugepages": spdk.huge, "pairs": [], "initiator_ratios": [], "target_ratios": []}
     tnames = [t.name for t in targets]
-    for depth in a.iodepth:
+    for wl in workloads:
+        rw, bs, depth = wl
         for name, _ in inits:
             for tn in tnames:
-                runs = res[(depth, name, tn)]
-                report["pairs"].append({"iodepth": depth, "initiator": name, "target": tn,
+                runs = res[(wl, name, tn)]
+                report["pairs"].append({"workload": wl_name(wl), "rw": rw, "bs": bs, "iodepth": depth,
+                                        "initiator": name, "target": tn,
                                         "mean_us_median": med(runs, "mean_us"), "p99_us_median": med(runs, "p99_us"),
-                                        "iops_median": med(runs, "iops"), "runs": runs})
+                                        "iops_median": med(runs, "iops"), "mib_s_median": med(runs, "mib_s"),
+                                        "runs": runs})
         for name, _ in inits[1:]:
             for tn in tnames:
-                report["initiator_ratios"].append({"iodepth": depth, "initiator": name, "target": tn,
-                                                   "mean_over_spdk_perf": paired(res[(depth, name, tn)],
-                                                                                 res[(depth, "spdk_nvme_perf", tn)])})
-        for name, _ in inits:
-            report["target_ratios"].append({"iodepth": depth, "initiator": name,
-                                            "nvmeof_target_over_nvmf_tgt": paired(res[(depth, name, "nvmeof-target")],
-                                                                                  res[(depth, name, "nvmf_tgt")])})
+                ours, theirs = res[(wl, name, tn)], res[(wl, "spdk_nvme_perf", tn)]
+                report["initiator_ratios"].append({"workload": wl_name(wl), "iodepth": depth, "initiator": name,
+                                                   "target": tn,
+                                                   "mean_over_spdk_perf": paired(ours, theirs, "mean_us"),
+                                                   "mib_s_over_spdk_perf": paired(ours, theirs, "mib_s"),
+                                                   "p99_over_spdk_perf": paired(ours, theirs, "p99_us")})
+        if len(tnames) == 2:
+            for name, _ in inits:
+                report["target_ratios"].append({"workload": wl_name(wl), "iodepth": depth, "initiator": name,
+                                                "nvmeof_target_over_nvmf_tgt": paired(res[(wl, name, "nvmeof-target")],
+                                                                                      res[(wl, name, "nvmf_tgt")],
+                                                                                      "mean_us")})
     if a.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"4 KiB random reads, loopback NVMe/TCP, initiator CPU {a.client_cpu}, target CPU {a.server_cpu}, "
+    print(f"Loopback NVMe/TCP, initiator CPU {a.client_cpu}, target CPU {a.server_cpu}, "
           f"{a.rounds} rounds x {a.seconds} s per pair (medians over the rounds)")
-    print(f"  {'initiator':<22} {'target':<15} {'QD':>4} {'mean us':>9} {'p99 us':>9} {'IOPS':>10}")
+    print(f"  {'workload':<16} {'initiator':<22} {'target':<15} {'mean us':>9} {'p99 us':>9} {'IOPS':>10} {'MiB/s':>9}")
     for p in report["pairs"]:
-        p99 = p["p99_us_median"]
-        print(f"  {p['initiator']:<22} {p['target']:<15} {p['iodepth']:>4} {p['mean_us_median']:>9.2f} "
-              f"{p99:>9.2f} {p['iops_median']:>10.0f}")
-    print("Paired ratios of the mean (each round's, median over the rounds):")
+        print(f"  {p['workload']:<16} {p['initiator']:<22} {p['target']:<15} {p['mean_us_median']:>9.2f} "
+              f"{p['p99_us_median']:>9.2f} {p['iops_median']:>10.0f} {p['mib_s_median']:>9.1f}")
+    print("Paired ratios (each round's, median over the rounds):")
     for x in report["initiator_ratios"]:
-        print(f"  QD{x['iodepth']} {x['initiator']} over spdk_nvme_perf, target {x['target']}: "
-              f"{x['mean_over_spdk_perf']:.2f}x")
+        print(f"  {x['workload']} {x['initiator']} over spdk_nvme_perf, target {x['target']}: "
+              f"mean {x['mean_over_spdk_perf']:.2f}x, MiB/s {x['mib_s_over_spdk_perf']:.2f}x, "
+              f"p99 {x['p99_over_spdk_perf']:.2f}x")
     for x in report["target_ratios"]:
-        print(f"  QD{x['iodepth']} nvmeof-target over nvmf_tgt, initiator {x['initiator']}: "
-              f"{x['nvmeof_target_over_nvmf_tgt']:.2f}x")
+        print(f"  {x['workload']} nvmeof-target over nvmf_tgt, initiator {x['initiator']}: "
+              f"mean {x['nvmeof_target_over_nvmf_tgt']:.2f}x")
     return 0
 
 

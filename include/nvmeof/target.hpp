@@ -263,6 +263,8 @@ struct PortStats {
   /// I/O queues whose host connected with SQ flow control disabled (Connect CATTR bit 2): their
   /// reads end with a SUCCESS-flagged C2HData, no CapsuleResp.
   uint64_t io_queues_without_sq_flow_control = 0;
+  /// Admin queues so connected (the host asked for the whole controller).
+  uint64_t admin_queues_without_sq_flow_control = 0;
   /// Passes of this port's connection threads over their sockets, closed connections included
   /// (each pass looks once at the socket, posted completions, faults and deadlines). A
   /// connection that spins (TargetPoll::busy on a live I/O queue, adaptive right after work)

@@ -191,10 +191,11 @@ Result<PreparedQueue> connect_tcp_pair(Reactor& reactor, const TransportAddress&
   qc.recv_buffer = p.recv_buffer;
   qc.tls = p.tls;
   qc.ktls = o.tls_kernel;
-  // I/O queues ask for SQ flow control off (nothing here reads SQHD): a read then ends with its
-  // C2HData. A controller that cannot do that refuses the Connect with Connect Invalid
-  // Parameters; the queue is connected again without the request.
-  qc.disable_sq_flow_control = p.qid != 0;
+  // Every queue asks for SQ flow control off (nothing here reads SQHD): a read then ends with its
+  // C2HData. The admin queue asks too, because some controllers (SPDK's) decide this per
+  // controller, from the admin queue's Connect. A controller that cannot do that refuses the
+  // Connect with Connect Invalid Parameters; the queue is connected again without the request.
+  qc.disable_sq_flow_control = true;
   auto qp = tcp::QueuePair::connect(reactor, qc);
   if (!qp && qc.disable_sq_flow_control && qp.error().category() == nvme_category() &&
       NvmeStatus{static_cast<uint16_t>(qp.error().value())}.code() ==

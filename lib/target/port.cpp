@@ -272,6 +272,8 @@ PortStats Port::stats() const noexcept {
   s.tls_plaintext_refused = counters_.tls_plaintext_refused.load(std::memory_order_relaxed);
   s.io_queues_without_sq_flow_control =
       counters_.io_queues_without_sq_flow_control.load(std::memory_order_relaxed);
+  s.admin_queues_without_sq_flow_control =
+      counters_.admin_queues_without_sq_flow_control.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   s.poll_passes = retired_passes_;
   s.poll_wakeups = retired_wakeups_;

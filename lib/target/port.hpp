@@ -120,6 +120,7 @@ class Port {
     std::atomic<uint64_t> tls_failures{0};
     std::atomic<uint64_t> tls_plaintext_refused{0};
     std::atomic<uint64_t> io_queues_without_sq_flow_control{0};
+    std::atomic<uint64_t> admin_queues_without_sq_flow_control{0};
   };
   Counters& counters() noexcept { return counters_; }
   PortStats stats() const noexcept;

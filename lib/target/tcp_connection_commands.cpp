@@ -215,8 +215,9 @@ void TcpConnection::execute_connect(Slot& s) {
     sq_entries_ = r.sq_entries;
     sq_head_ = 1 % sq_entries_;
     sq_flow_control_ = r.sq_flow_control;
-    if (qid_ != 0 && !sq_flow_control_)
-      port_.counters().io_queues_without_sq_flow_control.fetch_add(1, std::memory_order_relaxed);
+    if (!sq_flow_control_)
+      (qid_ ? port_.counters().io_queues_without_sq_flow_control : port_.counters().admin_queues_without_sq_flow_control)
+          .fetch_add(1, std::memory_order_relaxed);
     c2h_success_ = !sq_flow_control_ || core_.opts.c2h_success == C2hSuccess::always;
     phase_ = Phase::live;
     icd_limit_ = qid_ ? core_.opts.in_capsule_data : kAdminInCapsuleData;

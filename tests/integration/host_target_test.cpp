@@ -242,6 +242,59 @@ TEST_CASE("a spinning reactor receives a large read's payload straight into its 
   qp->reset();
 }
 
+TEST_CASE("while large reads come, a spinning reactor receives each header alone and places every payload behind it") {
+  // Eight 128 KiB reads in flight, the default 256 KiB receive buffer. The target writes each
+  // C2HData's header and payload in one go, so a receive of whatever the socket holds takes the
+  // header with the start of the payload (then copied out of the buffer). Once a large C2HData
+  // has been seen, a receive between payloads takes only the next header (and the data digest
+  // before it), and the payload behind it is received in place: every payload after the first.
+  const bool header_recv = GENERATE(true, false);
+  INFO("header-sized receives: " << header_recv);
+  Env env;
+  env.busy_reactor();
+  auto ctrl = env.connect(Digest::both);  // the digests sit between the payloads too
+  auto qpr = create_io_queue(*ctrl, *env.reactor, 32);
+  REQUIRE(qpr);
+  auto* tqp = dynamic_cast<tcp::QueuePair*>(qpr->get());
+  REQUIRE(tqp);
+  constexpr uint32_t kNlb = 32;  // 128 KiB
+  constexpr uint32_t kReads = 8;
+  SyncIo io(**qpr, *env.reactor, kNs4k, 4096);
+  for (uint32_t i = 0; i < kReads; ++i) {
+    auto data = stamped(4096, i * kNlb, kNlb, 300 + i);
+    REQUIRE(io.write(i * kNlb, kNlb, data.data()));
+  }
+  const uint64_t placed_before = tqp->placed_bytes();
+  tcp::g_no_header_recv_for_test = !header_recv;
+  std::vector<std::vector<uint8_t>> bufs(kReads, std::vector<uint8_t>(kNlb * 4096, 0));
+  std::vector<IoRequest> reqs(kReads);
+  Outcome out;
+  for (uint32_t i = 0; i < kReads; ++i) {
+    prep_read(reqs[i].cmd, kNs4k, i * kNlb, kNlb);
+    reqs[i].data = bufs[i].data();
+    reqs[i].data_len = kNlb * 4096;
+    reqs[i].on_complete = &count_done;
+    reqs[i].user = &out;
+    REQUIRE(tqp->submit(reqs[i]) == 0);
+  }
+  const bool done = env.reactor->run_until([&] { return out.done == int{kReads}; }, 10000ms);
+  tcp::g_no_header_recv_for_test = false;
+  REQUIRE(done);
+  CHECK(out.failures == 0);
+  for (uint32_t i = 0; i < kReads; ++i) CHECK(all_stamped(bufs[i], 4096, i * kNlb, 300 + i));
+  const uint64_t placed = tqp->placed_bytes() - placed_before;
+  INFO("placed " << placed << " of " << kReads * kNlb * 4096 << " bytes, " << tqp->header_recvs()
+                 << " header-sized receives");
+  if (header_recv) {
+    CHECK(placed >= (kReads - 1) * kNlb * 4096);
+    CHECK(tqp->header_recvs() >= kReads - 1);
+  } else {
+    CHECK(placed < (kReads - 1) * kNlb * 4096);
+    CHECK(tqp->header_recvs() == 0);
+  }
+  qpr->reset();
+}
+
 TEST_CASE("a queue pair reads its socket itself while the reactor spins, and arms a ring receive when it stops") {
   // An adaptive lane's spin windows (Reactor::set_spinning). The two ways never overlap: a ring
   // receive armed before the spin delivers first, none is armed while spinning, and the turn
@@ -287,10 +340,11 @@ TEST_CASE("a queue pair reads its socket itself while the reactor spins, and arm
   qpr->reset();
 }
 
-TEST_CASE("I/O queues connect with SQ flow control off, and again without it where refused") {
-  // Off: the target ends each read with a SUCCESS-flagged C2HData (no CapsuleResp). A target
-  // that cannot disable it refuses that Connect (Connect Invalid Parameters): the host connects
-  // the queue again without asking, and the data is the same.
+TEST_CASE("Queues connect with SQ flow control off, and again without it where refused") {
+  // Off: the target ends each read with a SUCCESS-flagged C2HData (no CapsuleResp). The admin
+  // queue asks too (some targets decide it per controller from that Connect). A target that
+  // cannot disable it refuses that Connect (Connect Invalid Parameters): the host connects the
+  // queue again without asking, and the data is the same.
   const bool allow = GENERATE(true, false);
   INFO("target allows SQ flow control off: " << allow);
   Env env([&](TargetOptions& to) { to.allow_sq_flow_control_disable = allow; });
@@ -307,6 +361,7 @@ TEST_CASE("I/O queues connect with SQ flow control off, and again without it whe
   }
   const auto st = env.target->stats(0);
   CHECK(st.io_queues_without_sq_flow_control == (allow ? 1u : 0u));
+  CHECK(st.admin_queues_without_sq_flow_control == (allow ? 1u : 0u));
   qp->reset();
 }
 

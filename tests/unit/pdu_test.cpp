@@ -365,3 +365,71 @@ TEST_CASE("C2HData received in place: the data lands once, its digest is checked
     }
   }
 }
+
+// What recv_direct does between large payloads: each receive takes header_left() bytes, so it
+// ends at a header's end (or a payload's start), never inside the next payload.
+TEST_CASE("header_left() stops each receive at the end of the next header", "[pdu]") {
+  for (bool hd : {false, true}) {
+    for (bool dd : {false, true}) {
+      INFO("header digest " << hd << ", data digest " << dd);
+      const Negotiated n = digests(hd, dd);
+      const uint32_t expected = static_cast<uint32_t>(kShortHlen + (hd ? kDigestLen : 0));
+      // Two C2HData PDUs back to back, then a CapsuleResp.
+      std::vector<uint8_t> stream;
+      std::vector<size_t> payload_at;
+      for (uint16_t cid : {1, 2}) {
+        DataHeader dh;
+        const auto payload = pattern(9000, cid);
+        fill_c2h_data(dh, cid, 0, static_cast<uint32_t>(payload.size()), true, false, n);
+        payload_at.push_back(stream.size() + dh.ch.pdo);
+        const auto w = wire(&dh, sizeof dh, payload);
+        stream.insert(stream.end(), w.begin(), w.end());
+      }
+      CapsuleResp cr;
+      Cqe cqe{};
+      cqe.cid = 7;
+      fill_capsule_resp(cr, cqe, n);
+      const auto w = wire(&cr, cr.ch.hlen, {});
+      stream.insert(stream.end(), w.begin(), w.end());
+
+      PduReader reader(Role::host, 1 << 20);
+      reader.set_negotiated(n);
+      Collector c;
+      size_t at = 0;
+      // At a boundary: exactly the first header; the payload is then all room.
+      CHECK(reader.header_left(expected) == expected);
+      REQUIRE(reader.consume(stream.data(), reader.header_left(expected), c).error == Errc::ok);
+      at += expected;
+      CHECK(at == payload_at[0]);
+      CHECK(reader.header_left(expected) == 9000 + (dd ? kDigestLen : 0) + expected);
+      REQUIRE(reader.data_room().size() == 9000);
+      // 8,000 bytes placed; the rest, the digest and the next header in one receive.
+      std::memcpy(reader.data_room().data(), stream.data() + at, 8000);
+      REQUIRE(reader.consume_placed(8000, c).error == Errc::ok);
+      at += 8000;
+      const size_t left = reader.header_left(expected);
+      CHECK(left == 1000 + (dd ? kDigestLen : 0) + expected);
+      REQUIRE(reader.consume(stream.data() + at, left, c).error == Errc::ok);
+      at += left;
+      CHECK(at == payload_at[1]);
+      CHECK(c.pdus.size() == 1);
+      REQUIRE(reader.data_room().size() == 9000);
+      std::memcpy(reader.data_room().data(), stream.data() + at, 9000);
+      REQUIRE(reader.consume_placed(9000, c).error == Errc::ok);
+      at += 9000;
+      // Inside the digest (when there is one), a byte at a time: then the CapsuleResp's header.
+      if (dd) {
+        REQUIRE(reader.consume(stream.data() + at, 1, c).error == Errc::ok);
+        ++at;
+        CHECK(reader.header_left(expected) == kDigestLen - 1 + expected);
+      }
+      CHECK(reader.header_left(expected) == stream.size() - at);
+      REQUIRE(reader.consume(stream.data() + at, stream.size() - at, c).error == Errc::ok);
+      REQUIRE(c.pdus.size() == 3);
+      CHECK(c.pdus[0].data == pattern(9000, 1));
+      CHECK(c.pdus[1].data == pattern(9000, 2));
+      CHECK(reader.at_boundary());
+      CHECK(reader.header_left(expected) == expected);
+    }
+  }
+}

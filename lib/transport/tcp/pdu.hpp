@@ -4,6 +4,7 @@
 // given and names the offending field of a bad PDU (the FES/FEI a TermReq carries).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -233,6 +234,27 @@ class PduReader {
   std::span<uint8_t> data_room() const noexcept {
     if (phase_ != Phase::data || !dst_) return {};
     return {dst_ + got_, check_.data_len - got_};
+  }
+  /// Bytes up to the end of the next PDU header (the current one's when inside one; the rest of
+  /// a payload and its data digest first when inside those), counting a header whose length is
+  /// not known yet as `expected_total` bytes (hlen plus its digest). A receive of at most this
+  /// many bytes stops before a payload that follows the header, so that the payload can then go
+  /// to data_room().
+  size_t header_left(uint32_t expected_total) const noexcept {
+    const size_t next = std::max<uint32_t>(expected_total, sizeof(CommonHeader));
+    switch (phase_) {
+      case Phase::common:
+        return next - got_;
+      case Phase::header:
+        return check_.header_total - got_;
+      case Phase::pad:
+        return check_.pad_len - got_;
+      case Phase::data:
+        return check_.data_len - got_ + (check_.has_ddgst ? kDigestLen : 0) + next;
+      case Phase::ddgst:
+        return kDigestLen - got_ + next;
+    }
+    return 0;
   }
   /// `n` bytes (at most data_room().size()) were written straight to data_room(): account them
   /// as consume() would have (data digest, the end of the PDU and its on_pdu).

@@ -31,6 +31,9 @@ constexpr size_t kTlsStage = 16u << 10;
 // A C2HData payload with at least this much still to come is received in place (recv_direct):
 // below it the copy costs less than the extra receive call it takes to stop at the payload's end.
 constexpr size_t kPlacedRecvMin = 4096;
+// From this C2HData payload size on, receives between payloads take only the next header
+// (recv_direct): one system call more per PDU, against copying the payload out of rbuf.
+constexpr uint32_t kHeaderRecvMin = 32u << 10;
 
 using Dir = CommandSlot::Dir;
 using Phase = CommandSlot::Phase;
@@ -448,34 +451,52 @@ bool QueuePair::send_direct() noexcept {
   }
 }
 
-// One non-blocking receive into the staging buffer, handled as a ring receive's completion.
+// Non-blocking receives while the reactor spins, each handled as a ring receive's completion.
 int QueuePair::recv_direct() noexcept {
   IoCore& c = *core_;
-  if (state_ != QpState::live) return 0;
-  // The rest of a large C2HData payload is received straight into the command's buffer: the
-  // kernel's copy only, not that and ours out of rbuf. Only here, where the receive ends within
-  // this call: a hedge that wins later (detach_data) can never meet a receive still writing into
-  // the buffer it gave back. A ring receive (armed while the reactor sleeps) always uses rbuf.
-  const std::span<uint8_t> room = tls_ ? std::span<uint8_t>{} : reader_.data_room();
-  const bool placed = room.size() >= kPlacedRecvMin;
-  const ssize_t n = placed ? ::recv(c.fd, room.data(), room.size(), MSG_DONTWAIT)
-                           : ::recv(c.fd, c.rbuf.data(), c.rbuf_len, MSG_DONTWAIT);
-  io_uring_cqe cqe{};
-  if (n < 0) {
-    const int e = errno;
-    if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return 0;
-    cqe.res = -e;
-  } else {
-    cqe.res = static_cast<int32_t>(n);
+  // A header received alone is followed at once by its payload's receive (the next pass).
+  for (int pass = 0; pass < 2 && state_ == QpState::live; ++pass) {
+    // The rest of a large C2HData payload is received straight into the command's buffer: the
+    // kernel's copy only, not that and ours out of rbuf. Only here, where the receive ends
+    // within this call: a hedge that wins later (detach_data) can never meet a receive still
+    // writing into the buffer it gave back. A ring receive (armed while the reactor sleeps)
+    // always uses rbuf.
+    const std::span<uint8_t> room = tls_ ? std::span<uint8_t>{} : reader_.data_room();
+    const bool placed = room.size() >= kPlacedRecvMin;
+    // While large payloads come, a receive between them takes only the next header, so that
+    // the payload behind it stays in the socket for the placed receive above rather than
+    // arriving in rbuf to be copied out (ARCHITECTURE.md, "NVMe/TCP receive").
+    size_t want = c.rbuf_len;
+    bool header_only = false;
+    if (!placed && header_reads_ && !tls_ && !g_no_header_recv_for_test) {
+      const size_t left = reader_.header_left(
+          static_cast<uint32_t>(kShortHlen + (reader_.negotiated().hdgst ? kDigestLen : 0)));
+      if (left && left < want) {
+        want = left;
+        header_only = true;
+      }
+    }
+    const ssize_t n = placed ? ::recv(c.fd, room.data(), room.size(), MSG_DONTWAIT)
+                             : ::recv(c.fd, c.rbuf.data(), want, MSG_DONTWAIT);
+    io_uring_cqe cqe{};
+    if (n < 0) {
+      const int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) return pass;
+      cqe.res = -e;
+    } else {
+      cqe.res = static_cast<int32_t>(n);
+    }
+    if (placed && n > 0) {
+      placed_bytes_ += static_cast<uint64_t>(n);
+      RecvSink sink{*this};
+      fail_detail_ = nullptr;
+      after_consume(reader_.consume_placed(static_cast<size_t>(n), sink).error);
+      return 1;
+    }
+    if (header_only && n > 0) ++header_recvs_;
+    on_recv(cqe);
+    if (!header_only || n != static_cast<ssize_t>(want)) return 1;
   }
-  if (placed && n > 0) {
-    placed_bytes_ += static_cast<uint64_t>(n);
-    RecvSink sink{*this};
-    fail_detail_ = nullptr;
-    after_consume(reader_.consume_placed(static_cast<size_t>(n), sink).error);
-    return 1;
-  }
-  on_recv(cqe);
   return 1;
 }
 
@@ -588,6 +609,7 @@ Errc QueuePair::on_header(const uint8_t* hdr, const HeaderCheck&, uint8_t*& dst)
         return Errc::protocol_error;
       }
       if (!s.discard) dst = static_cast<uint8_t*>(s.req->data) + d.datao;
+      header_reads_ = d.datal >= kHeaderRecvMin;
       return Errc::ok;
     }
     default:

@@ -55,6 +55,10 @@ class Session;
 
 namespace nvmeof::tcp {
 
+/// Tests only: receives between large payloads take whatever the socket holds, as before
+/// header-sized receives (QueuePair::header_recvs); the negative control of their test.
+inline bool g_no_header_recv_for_test = false;
+
 inline constexpr uint32_t kMaxQueueDepth = 1024;
 /// In-capsule data the admin queue accepts (NVMe/TCP: 8 KiB on the admin queue).
 inline constexpr uint32_t kAdminInCapsuleData = 8192;
@@ -191,6 +195,9 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   /// Payload bytes received straight into commands' buffers (recv_direct), on the reactor's
   /// thread.
   uint64_t placed_bytes() const noexcept { return placed_bytes_; }
+  /// Receives that took only the next PDU header, because large C2HData payloads were coming
+  /// (recv_direct), on the reactor's thread.
+  uint64_t header_recvs() const noexcept { return header_recvs_; }
   /// True while the pair polls its socket with non-blocking system calls (its reactor spins:
   /// Reactor::spinning()) rather than through ring operations.
   bool direct_socket() const noexcept { return reactor_.spinning(); }
@@ -259,6 +266,8 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   PduReader reader_;
   const char* fail_detail_ = "";
   uint64_t placed_bytes_ = 0;  // placed_bytes()
+  uint64_t header_recvs_ = 0;  // header_recvs()
+  bool header_reads_ = false;  // the last C2HData carried kHeaderRecvMin bytes or more
 
   uint16_t sendq_head_;
   uint16_t sendq_tail_;
