@@ -38,6 +38,10 @@ NQN = "nqn.2016-06.io.spdk:cnode1"
 # spdk_nvme_perf sends an empty HOSTNQN unless it is given one; nvmeof-target refuses a Connect
 # that names no host (Connect Invalid Parameters at the HOSTNQN offset), so perf names one.
 HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:5d1e0c59-4a43-4bd1-9d7e-31a6b0c2f001"
+# Our initiator connects every queue with SQ flow control off, and nvmf_tgt then ends each read
+# with its C2HData (no CapsuleResp); perf is asked for the same, so both speak the same protocol
+# (--perf-sq-flow-control keeps perf's default instead).
+PERF_SQFC = ["--disable-sq-flow-control"]
 
 
 def wait_port(port, timeout=20.0):
@@ -183,7 +187,7 @@ def run_perf(spdk, cpu, port, wl, secs):
     rw, bs, depth = wl
     trid = f"trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{HOSTNQN}"
     out = subprocess.run([spdk.perf, "-q", str(depth), "-o", str(bs), "-w", rw, "-t", str(secs),
-                          "-c", hex(1 << cpu), *spdk.mem(512), "-L", "-r", trid],
+                          "-c", hex(1 << cpu), *spdk.mem(512), "-L", *PERF_SQFC, "-r", trid],
                          capture_output=True, text=True, timeout=secs + 60)
     text = out.stdout + out.stderr
     m = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", text, re.M)
@@ -226,7 +230,11 @@ def main():
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="each run's figures on stderr as it ends")
+    ap.add_argument("--perf-sq-flow-control", action="store_true",
+                    help="leave SQ flow control on for spdk_nvme_perf (its default; ours always asks for it off)")
     a = ap.parse_args()
+    if a.perf_sq_flow_control:
+        PERF_SQFC.clear()
     workloads = a.workloads or [("randread", 4096, d) for d in a.iodepth]
     spdk = Spdk(a.spdk)
     if not spdk.ok():
