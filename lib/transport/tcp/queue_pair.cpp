@@ -454,6 +454,7 @@ bool QueuePair::send_direct() noexcept {
 // Non-blocking receives while the reactor spins, each handled as a ring receive's completion.
 int QueuePair::recv_direct() noexcept {
   IoCore& c = *core_;
+  if (state_ != QpState::live) return 0;
   // A header received alone is followed at once by its payload's receive (the next pass).
   for (int pass = 0; pass < 2 && state_ == QpState::live; ++pass) {
     // The rest of a large C2HData payload is received straight into the command's buffer: the
