@@ -3,7 +3,8 @@
 
   * pread 4 KiB at QD1 (Python, GIL released while waiting) vs `co_await volume.read` (coro_qd1)
   * 4 KiB random reads at QD 32: Python with a Ring (arrays in, arrays out, no Python object
-    per I/O), Python with futures (read_batch + poll) and nvmeof-bench
+    per I/O), the same Ring on a Host(caller_drive=True) (the reaping thread runs the reactor,
+    reaping --min-complete at a time), Python with futures (read_batch + poll) and nvmeof-bench
   * the data loader example (examples/dataloader.py) over the same target: samples/s
 
     PYTHONPATH=build/python python3 bench/python_bench.py build [--rounds 3]
@@ -74,9 +75,10 @@ def py_qd32(vol, seconds):
     return done / dt
 
 
-def py_ring_qd32(vol, seconds):
-    """32 reads in flight through a Ring: each pass reaps what finished and restarts those
-    slots at new random offsets, two calls per pass whatever the batch."""
+def py_ring_qd32(vol, seconds, min_complete=1):
+    """32 reads in flight through a Ring: each pass reaps what finished (at least
+    `min_complete`) and restarts those slots at new random offsets, two calls per pass whatever
+    the batch."""
     rng = np.random.default_rng(1)
     blocks = min(vol.size // BS, 1 << 18)
     ring = vol.ring(nvmeof.alloc(32 * BS), BS)
@@ -88,7 +90,7 @@ def py_ring_qd32(vol, seconds):
     t0 = time.perf_counter()
     end = t0 + seconds
     while time.perf_counter() < end:
-        n = ring.reap(slots, status, timeout=1.0)
+        n = ring.reap(slots, status, timeout=1.0, min_complete=min_complete)
         if status[:n].any():
             raise RuntimeError(f"ring read failed: {nvmeof.status_str(int(status[:n].max()))}")
         done += n
@@ -122,10 +124,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=5000)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--min-complete", type=int, default=16, help="the caller-driven Ring's reap batch")
     a = ap.parse_args()
     target, addr = start_target(a.build)
     try:
-        py1, cpp1, py32, ring32, cpp32 = [], [], [], [], []
+        py1, cpp1, py32, ring32, cpp32, drive32 = [], [], [], [], [], []
         for _ in range(a.rounds):
             with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
                 py1.append(py_qd1(vol, a.count))
@@ -137,6 +140,10 @@ def main():
                 py32.append(py_qd32(vol, a.seconds))
             with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0) as vol:
                 ring32.append(py_ring_qd32(vol, a.seconds))
+            host = nvmeof.Host(caller_drive=True)
+            with nvmeof.Volume([addr], nqn=NQN, io_deadline=2.0, host=host) as vol:
+                drive32.append(py_ring_qd32(vol, a.seconds, a.min_complete))
+            host.close()
             out = subprocess.run([os.path.join(a.build, "tools", "nvmeof-bench"), "--target", addr,
                                   "--nqn", NQN, "--rw", "randread", "--bs", "4k", "--iodepth", "32",
                                   "--runtime", f"{int(a.seconds * 1000)}ms", "--io-deadline", "2s",
@@ -152,7 +159,11 @@ def main():
               f"nvmeof-bench {med(cpp32):.0f} IOPS; ratios Ring {med(ring32) / med(cpp32):.2f}, "
               f"futures {med(py32) / med(cpp32):.2f} (each the median of per-round ratios: "
               f"{med(r / c for r, c in zip(ring32, cpp32)):.2f}, {med(p / c for p, c in zip(py32, cpp32)):.2f})")
+        print(f"QD32 4 KiB randread, Ring on Host(caller_drive=True), min_complete {a.min_complete}: "
+              f"{med(drive32):.0f} IOPS; ratio {med(drive32) / med(cpp32):.2f} "
+              f"(median of per-round ratios {med(d / c for d, c in zip(drive32, cpp32)):.2f})")
         print(f"rounds: py_qd1 {py1} cpp_qd1 {cpp1} ring_qd32 {[round(x) for x in ring32]} "
+              f"drive_qd32 {[round(x) for x in drive32]} "
               f"py_qd32 {[round(x) for x in py32]} cpp_qd32 {cpp32}")
         for batched in (False, True):
             rate = dataloader_rate(addr, batched)

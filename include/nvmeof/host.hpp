@@ -65,6 +65,13 @@ struct HostOptions {
   /// queue pairs read and write their sockets with non-blocking system calls each turn, which is
   /// what the polling floor does. False keeps them on the ring then too (to compare).
   bool spin_sockets = true;
+  /// A thread waiting for its volume's completions may run the turns of that volume's reactor
+  /// itself (Volume::drive), while the reactor's own thread sleeps; the thread takes the reactor
+  /// back once no caller has driven it for a millisecond (ARCHITECTURE.md, "Caller-driven
+  /// turns"). What a Python loop that reaps and submits in batches wants: no hand-over between
+  /// threads per batch, and one busy thread fewer. The rings then come up without
+  /// single_issuer (several threads enter them, one at a time).
+  bool caller_drive = false;
   /// "ADDR:PORT" (port 0 picks one): serve the engine's Prometheus metrics over HTTP at /metrics
   /// (nvmeof_host_* and, per controller, nvmeof_controller_*: the figures of stats()). Empty: none.
   /// Each volume may serve its own (VolumeOptions::metrics_listen). A library built without
@@ -145,6 +152,10 @@ struct HostStats {
   /// Times each reactor thread came back from a wait in its ring (a completion, a posted
   /// function, a submission, a timer): what an idle engine costs, counted.
   std::vector<uint64_t> reactor_wakeups;
+  /// HostOptions::caller_drive: turns of each reactor run by callers' threads, and the times
+  /// its own thread parked for them.
+  std::vector<uint64_t> reactor_driven_turns;
+  std::vector<uint64_t> reactor_parks;
   std::vector<HostDiscoveryStats> discovery;  ///< persistent discovery controllers
 };
 

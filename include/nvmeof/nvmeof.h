@@ -179,6 +179,11 @@ typedef struct nvmeof_host_options {
    * (nvmeof_host_*, and nvmeof_controller_* once per controller). NULL (default): none. Read
    * during nvmeof_host_create() only. */
   const char* metrics_listen;
+  /* Non-zero: a thread waiting in nvmeof_volume_reap_wait() runs the turns of its volume's
+   * reactor itself while the reactor's thread sleeps (it takes the reactor back once no caller
+   * has driven it for a millisecond). For a thread that reaps and submits in batches: no
+   * hand-over between threads per batch, one busy thread fewer. Default 0. */
+  uint32_t caller_drive;
 } nvmeof_host_options;
 
 NVMEOF_API void nvmeof_host_options_init(nvmeof_host_options* opts);
@@ -212,6 +217,8 @@ typedef struct nvmeof_host_stats {
   uint64_t reactor_wakeups; /* times its reactor threads came back from a wait in their ring */
   uint32_t subsystems;      /* subsystems its volumes are open on (each over its own paths) */
   uint32_t controllers;     /* their controllers: one per path, shared by the volumes on it */
+  uint64_t driven_turns;    /* caller_drive: reactor turns run by callers' threads */
+  uint64_t parks;           /* caller_drive: times a reactor thread parked for a caller */
 } nvmeof_host_stats;
 
 /* Fills `stats` (its struct_size set first). Any thread. -EINVAL for NULL or a struct_size
@@ -285,6 +292,14 @@ NVMEOF_API int nvmeof_submit_dsm(nvmeof_volume* vol, const nvmeof_dsm_range* ran
 /* Completion-queue mode: moves up to `max` finished I/Os into `events`, returns how many (0:
  * none waiting; never blocks). -EINVAL in callback mode. */
 NVMEOF_API int nvmeof_volume_reap(nvmeof_volume* vol, nvmeof_event* events, int max);
+/* Completion-queue mode: as nvmeof_volume_reap(), but when fewer than `min` (1..max) have
+ * finished, first waits up to `timeout_us` (negative: no limit) for `min` to finish. On a host
+ * made with caller_drive the calling thread runs the volume's reactor meanwhile, spinning;
+ * otherwise (or while another thread drives it) it sleeps on the volume's eventfd. Returns how
+ * many it moved (fewer than `min` only at the timeout). -EINVAL in callback mode or for a bad
+ * `min`; not from a reactor thread (a completion callback): -EDEADLK. */
+NVMEOF_API int nvmeof_volume_reap_wait(nvmeof_volume* vol, nvmeof_event* events, int max, int min,
+                                       int64_t timeout_us);
 /* An eventfd (non-blocking) readable while completions wait to be reaped; reap clears it.
  * Owned by the volume. -EINVAL in callback mode. */
 NVMEOF_API int nvmeof_volume_event_fd(const nvmeof_volume* vol);

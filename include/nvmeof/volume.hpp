@@ -14,6 +14,7 @@
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -275,6 +276,16 @@ class Volume {
   /// thread: for a caller that spreads its own work over the reactors (and put its buffers on
   /// each reactor's node, placement().reactors[i].node). Returns as submit().
   int submit(VolumeIo& io, unsigned reactor) noexcept;
+
+  /// On an engine made with HostOptions::caller_drive: runs the turns of this volume's first
+  /// reactor on the calling thread, spinning, until `until()` is true (checked after each turn)
+  /// or `timeout` passes. False, having run no turn, when that cannot be done now: the engine
+  /// does not allow it, another thread drives that reactor, or the caller is a reactor thread;
+  /// the caller then waits as it otherwise would. ARCHITECTURE.md, "Caller-driven turns".
+  bool drive(const std::function<bool()>& until, std::chrono::microseconds timeout);
+  /// True on a thread that runs one of this volume's reactors (a completion callback, or a
+  /// caller inside drive()): what must not block waiting for this volume's I/O.
+  bool on_reactor_thread() const noexcept;
 
   /// The placement plan, computed once at open (a path added later is placed when added and is
   /// not in it). Any thread.

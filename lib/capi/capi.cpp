@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
+#include <time.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -476,6 +478,7 @@ int nvmeof_host_create(const nvmeof_host_options* o, nvmeof_host** out) {
       ho.cpus.push_back(o->cpus[i]);
     }
     if (o->metrics_listen) ho.metrics_listen = o->metrics_listen;
+    ho.caller_drive = o->caller_drive != 0;
     auto made = Host::create(ho);
     if (!made) {
       detail::log_warning("nvmeof: host: %s", made.message().c_str());
@@ -521,6 +524,10 @@ int nvmeof_host_stats_get(const nvmeof_host* h, nvmeof_host_stats* out) {
     for (uint64_t n : s.reactor_wakeups) out->reactor_wakeups += n;
     out->subsystems = s.subsystems;
     out->controllers = static_cast<uint32_t>(s.controllers.size());
+    out->driven_turns = 0;
+    for (uint64_t n : s.reactor_driven_turns) out->driven_turns += n;
+    out->parks = 0;
+    for (uint64_t n : s.reactor_parks) out->parks += n;
     return 0;
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
@@ -613,6 +620,58 @@ int nvmeof_volume_reap(nvmeof_volume* v, nvmeof_event* events, int max) {
     events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
     v->give(s);
   }
+}
+
+namespace {
+uint64_t mono_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+}  // namespace
+
+int nvmeof_volume_reap_wait(nvmeof_volume* v, nvmeof_event* events, int max, int min, int64_t timeout_us) {
+  if (int rc = check(v)) return rc;
+  if (!v->done_ring || !events || max <= 0 || min < 1 || min > max) return -EINVAL;
+  if (v->volume->on_reactor_thread()) return -EDEADLK;
+  const uint64_t deadline = timeout_us < 0 ? UINT64_MAX : mono_ns() + static_cast<uint64_t>(timeout_us) * 1000;
+  int n = 0;
+  for (;;) {
+    // Taken without arming the eventfd: nothing sleeps on it while this thread looks.
+    while (n < max) {
+      Slot* s = v->done_ring->pop();
+      if (!s) break;
+      events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
+      v->give(s);
+    }
+    if (n >= min) return n;
+    const uint64_t now = mono_ns();
+    if (now >= deadline) break;
+    const auto left = std::chrono::microseconds(
+        static_cast<int64_t>(std::min<uint64_t>(deadline - now, 3'600'000'000'000ull) / 1000));
+    // Drive until enough are ready: the completions land in done_ring during the turns this
+    // thread runs, and it takes them as they come (it is the ring's one consumer).
+    auto enough = [&] {
+      while (n < max) {
+        Slot* s = v->done_ring->pop();
+        if (!s) break;
+        events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
+        v->give(s);
+      }
+      return n >= min;
+    };
+    if (v->volume->drive(enough, left)) continue;
+    // Not driven: sleep on the eventfd, armed first, looked at again after arming.
+    const int got = nvmeof_volume_reap(v, events + n, max - n);
+    if (got < 0) return n ? n : got;
+    n += got;
+    if (n >= min) return n;
+    const uint64_t t = mono_ns();
+    if (t >= deadline) break;
+    pollfd p{v->efd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::min<uint64_t>((deadline - t + 999'999) / 1'000'000, 1000)));
+  }
+  return n;
 }
 
 int nvmeof_volume_event_fd(const nvmeof_volume* v) {

@@ -66,7 +66,8 @@ Result<void> EngineReactor::start() {
     ro.big_entries = opts_.big_entries;
     // A polling reactor takes its completions when it looks, never as an interruption. The ring
     // is made here, on the reactor thread, the only one that submits to it (others post).
-    ro.single_issuer = opts_.poll != PollMode::sleep && opts_.single_issuer;
+    // Callers that drive it (caller_drive) enter the ring from their own threads.
+    ro.single_issuer = opts_.poll != PollMode::sleep && opts_.single_issuer && !opts_.caller_drive;
     auto r = Reactor::create(ro);
     if (!r) {
       ready.set_value(r.error());
@@ -88,8 +89,73 @@ Result<void> EngineReactor::start() {
 void EngineReactor::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard lk(park_mu_);
+    park_cv_.notify_all();
+  }
   reactor_->wake();
   thread_.join();
+}
+
+// The reactor's thread, asked to park at the top of a turn: it sleeps while callers drive, and
+// takes the reactor back once none has for kDriveLeaseNs (or the engine stops).
+void EngineReactor::park() {
+  int s = kParkAsked;
+  // The caller that asked gets a whole lease to take the parked reactor, however late it runs.
+  drive_end_ns_.store(Reactor::clock_ns(), std::memory_order_relaxed);
+  if (!drive_state_.compare_exchange_strong(s, kParked, std::memory_order_acq_rel)) return;
+  parks_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lk(park_mu_);
+  for (;;) {
+    park_cv_.wait_for(lk, std::chrono::nanoseconds(kDriveLeaseNs));
+    s = drive_state_.load(std::memory_order_acquire);
+    if (s != kParked) continue;  // a caller drives now
+    const bool stopping = stop_.load(std::memory_order_acquire);
+    if (!stopping && Reactor::clock_ns() - drive_end_ns_.load(std::memory_order_relaxed) < kDriveLeaseNs) continue;
+    if (drive_state_.compare_exchange_strong(s, kRun, std::memory_order_acq_rel)) break;
+  }
+  // The caller left the reactor spinning; a sleeping loop must not (submitters would not wake
+  // it), an adaptive one stops at its next turn by itself.
+  if (opts_.poll == PollMode::sleep) {
+    reactor_->set_spinning(false);
+    spinning_.store(false, std::memory_order_seq_cst);
+  }
+}
+
+bool EngineReactor::drive(const std::function<bool()>& until, uint64_t deadline_ns) {
+  if (!opts_.caller_drive || tls_reactor != nullptr || stop_.load(std::memory_order_acquire)) return false;
+  for (;;) {
+    int s = drive_state_.load(std::memory_order_acquire);
+    if (s == kParked) {
+      if (drive_state_.compare_exchange_strong(s, kDriven, std::memory_order_acq_rel)) break;
+    } else if (s == kDriven) {
+      return false;  // another caller drives it
+    } else if (s == kRun) {
+      if (drive_state_.compare_exchange_strong(s, kParkAsked, std::memory_order_acq_rel))
+        reactor_->wake();  // out of a sleeping turn
+    } else if (Reactor::clock_ns() >= deadline_ns) {
+      // Still asked and not parked: take the request back (if it parked meanwhile, drive).
+      if (drive_state_.compare_exchange_strong(s, kRun, std::memory_order_acq_rel)) return false;
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  tls_reactor = this;
+  const int node = thread_memory_node();
+  set_thread_memory_node(memory_node());
+  spinning_.store(true, std::memory_order_relaxed);
+  reactor_->set_spinning(opts_.spin_sockets);
+  uint64_t turns = 0;
+  do {
+    reactor_->poll(std::chrono::microseconds{0});
+    ++turns;
+  } while (!until() && Reactor::clock_ns() < deadline_ns);
+  set_thread_memory_node(node);
+  tls_reactor = nullptr;
+  driven_turns_.fetch_add(turns, std::memory_order_relaxed);
+  drive_end_ns_.store(Reactor::clock_ns(), std::memory_order_relaxed);
+  drive_state_.store(kParked, std::memory_order_release);
+  return true;
 }
 
 void EngineReactor::place_thread() noexcept {
@@ -155,6 +221,10 @@ void EngineReactor::run_adaptive() {
   // A spin that lost its CPU stops, and none starts for a while (core/spin_governor.hpp).
   SpinGovernor governor;
   while (!stop_.load(std::memory_order_acquire)) {
+    if (drive_state_.load(std::memory_order_relaxed) != kRun) [[unlikely]] {
+      park();
+      continue;
+    }
     if (spinning_.load(std::memory_order_relaxed)) {
       const int n = reactor_->poll(std::chrono::microseconds{0});
       const uint64_t now = reactor_->now_ns();  // when the turn started
@@ -193,13 +263,19 @@ void EngineReactor::run() {
     case PollMode::busy:
       spinning_.store(true, std::memory_order_relaxed);
       reactor_->set_spinning(opts_.spin_sockets);
-      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(std::chrono::microseconds{0});
+      while (!stop_.load(std::memory_order_acquire)) {
+        if (drive_state_.load(std::memory_order_relaxed) != kRun) [[unlikely]] park();
+        reactor_->poll(std::chrono::microseconds{0});
+      }
       break;
     case PollMode::adaptive:
       run_adaptive();
       break;
     case PollMode::sleep:
-      while (!stop_.load(std::memory_order_acquire)) reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
+      while (!stop_.load(std::memory_order_acquire)) {
+        if (drive_state_.load(std::memory_order_relaxed) != kRun) [[unlikely]] park();
+        reactor_->poll(quiescent() ? kQuiescentTurn : kSleepTurn);
+      }
       break;
   }
   spinning_.store(false, std::memory_order_seq_cst);
@@ -231,9 +307,9 @@ Registry& registry() {
 
 bool same_options(const HostOptions& a, const HostOptions& b) {
   return std::tie(a.reactors, a.poll, a.placement, a.cpus, a.sysfs_root, a.memory_node, a.big_entries,
-                  a.single_issuer, a.spin_sockets, a.metrics_listen) ==
+                  a.single_issuer, a.spin_sockets, a.caller_drive, a.metrics_listen) ==
          std::tie(b.reactors, b.poll, b.placement, b.cpus, b.sysfs_root, b.memory_node, b.big_entries,
-                  b.single_issuer, b.spin_sockets, b.metrics_listen);
+                  b.single_issuer, b.spin_sockets, b.caller_drive, b.metrics_listen);
 }
 
 }  // namespace
@@ -387,6 +463,8 @@ HostStats Host::stats() const {
   for (const auto& r : e.reactors) {
     s.reactor_cpu_ns.push_back(r->cpu_ns());
     s.reactor_wakeups.push_back(r->wakeups());
+    s.reactor_driven_turns.push_back(r->driven_turns());
+    s.reactor_parks.push_back(r->parks());
   }
   {
     std::lock_guard lock(e.discovery_mu);

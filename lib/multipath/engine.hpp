@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -60,8 +61,26 @@ class EngineReactor {
   void remove_lane(Lane* lane) noexcept;
   uint64_t cpu_ns() const noexcept;
   uint64_t wakeups() const noexcept { return reactor_->waits(); }
+  /// HostOptions::caller_drive: the calling thread runs this reactor's turns, spinning, until
+  /// `until()` is true or `deadline_ns` (Reactor::clock_ns) passes, while the reactor's thread
+  /// is parked. False, having run no turn, when the engine does not allow it, another thread
+  /// drives it now, the caller is a reactor thread, or the thread did not park by the deadline.
+  /// The thread stays parked after the call (the caller's lease) and takes the reactor back once
+  /// no call has ended for kDriveLeaseNs. ARCHITECTURE.md, "Caller-driven turns".
+  bool drive(const std::function<bool()>& until, uint64_t deadline_ns);
+  /// Turns run by callers (drive()) so far. Any thread (relaxed).
+  uint64_t driven_turns() const noexcept { return driven_turns_.load(std::memory_order_relaxed); }
+  /// Times the reactor's thread parked for a caller, and took the reactor back. Any thread.
+  uint64_t parks() const noexcept { return parks_.load(std::memory_order_relaxed); }
+  static constexpr uint64_t kDriveLeaseNs = 1'000'000;
 
  private:
+  // drive_state_: kRun (the thread runs the loop), kParkAsked (a caller asked; the thread parks
+  // at its next turn), kParked (nobody runs turns; a caller may take it without a system call),
+  // kDriven (a caller runs turns). Written by CAS only; every hand-over is acquire/release, so
+  // the reactor's state (ring, lanes, timers) is seen whole by whichever thread runs it next.
+  enum : int { kRun = 0, kParkAsked = 1, kParked = 2, kDriven = 3 };
+  void park();
   void run();
   void run_adaptive();
   uint64_t spin_budget_ns() const noexcept;
@@ -75,6 +94,12 @@ class EngineReactor {
   std::vector<Lane*> lanes_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> spinning_{false};
+  std::atomic<int> drive_state_{kRun};
+  std::atomic<uint64_t> drive_end_ns_{0};  // when the last drive() ended
+  std::atomic<uint64_t> driven_turns_{0};
+  std::atomic<uint64_t> parks_{0};
+  std::mutex park_mu_;                      // the parked thread's timed wait only
+  std::condition_variable park_cv_;
   clockid_t cpu_clock_{};
   std::atomic<bool> cpu_clock_ok_{false};
 };

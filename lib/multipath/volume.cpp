@@ -1325,6 +1325,15 @@ int Volume::submit(VolumeIo& io, unsigned reactor) noexcept {
   return hand_to(v.sub_->lanes_[reactor % v.sub_->lanes_.size()].get(), *v.ns_, io);
 }
 
+bool Volume::drive(const std::function<bool()>& until, std::chrono::microseconds timeout) {
+  auto& v = *impl_;
+  if (v.sub_->lanes_.empty()) return false;
+  const uint64_t deadline = Reactor::clock_ns() + static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)) * 1000;
+  return v.sub_->lanes_[0]->engine_reactor().drive(until, deadline);
+}
+
+bool Volume::on_reactor_thread() const noexcept { return impl_->sub_->lane_for_submit() != nullptr; }
+
 const Placement& Volume::placement() const noexcept { return impl_->sub_->placement_; }
 
 void Volume::set_selector(SelectorKind k) noexcept { impl_->ns_->selector.store(k, std::memory_order_relaxed); }

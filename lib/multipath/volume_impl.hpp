@@ -317,6 +317,7 @@ class Lane final : public QueuePairListener {
   /// Lane thread only.
   void start_io(VolumeIo& io) noexcept;
   bool on_lane_thread() const noexcept;
+  EngineReactor& engine_reactor() noexcept { return er_; }
 
   // Messages from the control thread (run on the lane thread through Reactor::post).
   void post(std::function<void()> fn);

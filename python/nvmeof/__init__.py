@@ -162,7 +162,8 @@ class Host:
     and a small pool for blocking work. Without one, volumes share the process's engine for
     their `reactors`; with `Volume(..., host=h)` they run on this one.
 
-    Host(reactors=1, poll="adaptive", placement="numa", cpus=None, metrics_listen=None)
+    Host(reactors=1, poll="adaptive", placement="numa", cpus=None, metrics_listen=None,
+         caller_drive=False)
     poll: "adaptive" (spin briefly while I/O is outstanding, sleep when idle), "busy" (never
     sleep: the lowest latency, a whole CPU per reactor) or "sleep".
     placement: "numa" (reactor i pinned to cpus[i % len(cpus)], or to CPUs spread over the
@@ -170,13 +171,19 @@ class Host:
     metrics_listen: "ADDR:PORT" (port 0 picks one) serves the engine's Prometheus metrics at
     /metrics (nvmeof_host_*, and nvmeof_controller_* once per controller); `metrics_port` is the
     port bound. A library built without metrics support raises OSError (EOPNOTSUPP) for it.
+    caller_drive: a thread waiting in `Ring.reap(..., timeout=...)` runs its volume's reactor
+    itself, spinning, while the reactor's own thread sleeps (it takes the reactor back once no
+    caller has driven it for a millisecond). For a loop that reaps and submits in batches: no
+    hand-over between threads per batch and one busy thread fewer. While the loop runs Python
+    code between reaps nothing polls that reactor, so keep the gaps short (under a millisecond).
 
     close() gives back this handle's reference: volumes opened on the host keep it running, and
     its threads stop when the last of them closes. Usable as a context manager.
     """
 
     def __init__(self, reactors: int = 1, poll: str = "adaptive", placement: str = "numa",
-                 cpus: Optional[Sequence[int]] = None, metrics_listen: Optional[str] = None):
+                 cpus: Optional[Sequence[int]] = None, metrics_listen: Optional[str] = None,
+                 caller_drive: bool = False):
         if not 1 <= reactors <= 256:
             raise ValueError(f"nvmeof.Host: reactors must be in 1..256, got {reactors}")
         if poll not in _POLL:
@@ -189,7 +196,9 @@ class Host:
             raise ValueError(f"nvmeof.Host: cpus must be CPU numbers >= 0, got {cpu_list}")
         self._pid = os.getpid()
         self._h = None
-        self._h = _core.Host(reactors, _POLL[poll], _PLACEMENT[placement], cpu_list, metrics_listen or "")
+        self._h = _core.Host(reactors, _POLL[poll], _PLACEMENT[placement], cpu_list, metrics_listen or "",
+                             bool(caller_drive))
+        self.caller_drive: bool = bool(caller_drive)
         self.poll: str = poll
         self.placement: str = placement
         self.cpus: Optional[List[int]] = cpu_list
@@ -684,18 +693,26 @@ class Ring:
         with self._vol._lock:
             return self._r.submit(_core.OP_WRITE, slots, offsets)
 
-    def reap(self, slots_out, status_out, timeout: Optional[float] = 0.0) -> int:
+    def reap(self, slots_out, status_out, timeout: Optional[float] = 0.0, min_complete: int = 1) -> int:
         """Moves finished I/Os into slots_out / status_out (numpy uint64 / uint16 arrays);
-        returns how many. Waits up to `timeout` seconds when none has finished (0: never waits,
-        None: until one does)."""
+        returns how many. When fewer than `min_complete` have finished, waits up to `timeout`
+        seconds for that many of the volume's I/Os (0: never waits, None: no limit); on a
+        Host(caller_drive=True) this thread runs the volume's reactor meanwhile."""
         vol = self._vol
         vol._core()
+        if min_complete < 1:
+            raise ValueError(f"nvmeof.Ring: min_complete must be >= 1, got {min_complete}")
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"nvmeof.Ring: timeout must be >= 0 or None, got {timeout}")
         with vol._lock:
             n = self._reap_locked(slots_out, status_out)
-            if n == 0 and timeout != 0:
-                r, _, _ = select.select([vol._efd], [], [], timeout)
-                if r:
-                    n = self._reap_locked(slots_out, status_out)
+            cap = min(len(slots_out), len(status_out))
+            if n < min(min_complete, cap) and timeout != 0:
+                others = []
+                n += self._r.reap_wait(slots_out[n:], status_out[n:], others, min_complete - n,
+                                       -1 if timeout is None else int(timeout * 1e6))
+                if others:
+                    vol._dispatch(others)
             return n
 
     def _reap_locked(self, slots_out, status_out) -> int:

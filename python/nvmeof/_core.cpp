@@ -57,10 +57,11 @@ class Bytes {
 class PyHost {
  public:
   PyHost(uint32_t reactors, uint32_t poll, uint32_t placement, const std::optional<std::vector<int>>& cpus,
-         const std::string& metrics_listen) {
+         const std::string& metrics_listen, bool caller_drive) {
     nvmeof_host_options o;
     nvmeof_host_options_init(&o);
     o.reactors = reactors;
+    o.caller_drive = caller_drive ? 1 : 0;
     o.poll = poll;
     o.placement = placement;
     if (!metrics_listen.empty()) o.metrics_listen = metrics_listen.c_str();
@@ -106,6 +107,8 @@ class PyHost {
     d["volumes"] = s.volumes;
     d["reactor_cpu_ns"] = s.reactor_cpu_ns;
     d["reactor_wakeups"] = s.reactor_wakeups;
+    d["driven_turns"] = s.driven_turns;
+    d["parks"] = s.parks;
     d["subsystems"] = s.subsystems;
     d["controllers"] = s.controllers;
     return d;
@@ -414,6 +417,37 @@ class PyRing {
     return started;
   }
 
+  // As reap(), but first waits (without the GIL) up to timeout_us (negative: no limit) until
+  // `min` I/Os of the volume have finished: on a caller_drive host by running the volume's
+  // reactor on this thread, otherwise asleep on its eventfd (nvmeof_volume_reap_wait).
+  size_t reap_wait(const py::array& slots_out, const py::array& status_out, py::list& others, int min,
+                   int64_t timeout_us) {
+    nvmeof_volume* v = vol_.get();
+    auto* so = writable<uint64_t>(slots_out, "slots_out");
+    auto* st = writable<uint16_t>(status_out, "status_out");
+    const auto cap = static_cast<int>(std::min<py::ssize_t>({slots_out.size(), status_out.size(), 1024}));
+    if (cap == 0) return 0;
+    min = std::clamp(min, 1, cap);
+    nvmeof_event ev[1024];
+    int got;
+    {
+      py::gil_scoped_release nogil;
+      got = nvmeof_volume_reap_wait(v, ev, cap, min, timeout_us);
+    }
+    if (got < 0) raise_errno(got, "nvmeof.Ring: reap");
+    size_t n = 0;
+    for (int i = 0; i < got; ++i) {
+      if ((ev[i].cookie & ~0xffffffffull) == tag_) {
+        so[n] = ev[i].cookie & 0xffffffffull;
+        st[n] = static_cast<uint16_t>(ev[i].status);
+        ++n;
+      } else {
+        others.append(py::make_tuple(ev[i].cookie, ev[i].status));
+      }
+    }
+    return n;
+  }
+
   // Moves up to len(slots_out) finished I/Os: this ring's into slots_out/status_out (returns
   // how many), any other event onto `others` as (cookie, status). Never blocks.
   size_t reap(const py::array& slots_out, const py::array& status_out, py::list& others) {
@@ -512,7 +546,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("PLACEMENT_UNPINNED") = int(NVMEOF_PLACEMENT_UNPINNED);
 
   py::class_<PyHost>(m, "Host")
-      .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&, const std::string&>())
+      .def(py::init<uint32_t, uint32_t, uint32_t, const std::optional<std::vector<int>>&, const std::string&, bool>(), py::arg("reactors"), py::arg("poll"), py::arg("placement"), py::arg("cpus"), py::arg("metrics_listen"), py::arg("caller_drive") = false)
       .def("close", &PyHost::close)
       .def("metrics_port", &PyHost::metrics_port)
       .def("stats", &PyHost::stats)
@@ -547,7 +581,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("slot_bytes", &PyRing::slot_bytes)
       .def_property_readonly("tag", &PyRing::tag)
       .def("submit", &PyRing::submit)
-      .def("reap", &PyRing::reap);
+      .def("reap", &PyRing::reap)
+      .def("reap_wait", &PyRing::reap_wait);
 
   py::class_<Buffer>(m, "Buffer", py::buffer_protocol())
       .def(py::init<size_t, int>())

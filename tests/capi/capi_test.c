@@ -529,6 +529,61 @@ static void test_discovery(const char* addr) {
   CHECK(nvmeof_host_close(h) == 0);
 }
 
+/* nvmeof_volume_reap_wait: kBlocks writes then reads, each batch reaped in one call that waits
+ * for all of it, on a host whose callers drive its reactor and on one whose do not (the host's
+ * driven_turns tells which ran them); then its bad arguments and its timeout. */
+static void test_reap_wait(const char* addr, const char* nqn) {
+  for (int drive = 1; drive >= 0; --drive) {
+    nvmeof_host_options ho;
+    nvmeof_host_options_init(&ho);
+    CHECK(ho.caller_drive == 0);
+    ho.caller_drive = (uint32_t)drive;
+    ho.placement = NVMEOF_PLACEMENT_UNPINNED;
+    nvmeof_host* host = NULL;
+    REQUIRE(nvmeof_host_create(&ho, &host) == 0);
+    nvmeof_volume_options o;
+    nvmeof_volume_options_init(&o);
+    o.subnqn = nqn;
+    o.queue_depth = kBlocks;
+    o.io_deadline_ms = 2000;
+    nvmeof_volume* vol = NULL;
+    const char* paths[] = {addr};
+    REQUIRE(nvmeof_volume_open_on(host, paths, 1, &o, &vol) == 0);
+    const uint32_t bs = nvmeof_volume_block_size(vol);
+    uint8_t* buf = NULL;
+    REQUIRE(nvmeof_buffer_alloc((size_t)kBlocks * bs, -1, (void**)&buf) == 0);
+    for (int op = 0; op < 2; ++op) {
+      if (op == 0) fill(buf, (size_t)kBlocks * bs, 5);
+      else memset(buf, 0, (size_t)kBlocks * bs);
+      for (int i = 0; i < kBlocks; ++i) {
+        uint8_t* p = buf + (size_t)i * bs;
+        REQUIRE((op == 0 ? nvmeof_submit_write(vol, p, bs, (uint64_t)i * bs, (uint64_t)i)
+                         : nvmeof_submit_read(vol, p, bs, (uint64_t)i * bs, (uint64_t)i)) == 0);
+      }
+      nvmeof_event ev[kBlocks];
+      const int n = nvmeof_volume_reap_wait(vol, ev, kBlocks, kBlocks, 30000000);
+      CHECK(n == kBlocks);
+      for (int i = 0; i < n; ++i) CHECK(nvmeof_status_ok(ev[i].status));
+    }
+    CHECK(verify(buf, (size_t)kBlocks * bs, 5));
+    nvmeof_host_stats hs;
+    memset(&hs, 0, sizeof hs);
+    hs.struct_size = sizeof hs;
+    REQUIRE(nvmeof_host_stats_get(host, &hs) == 0);
+    if (drive) CHECK(hs.driven_turns > 0 && hs.parks >= 1);
+    else CHECK(hs.driven_turns == 0 && hs.parks == 0);
+    nvmeof_event ev[4];
+    CHECK(nvmeof_volume_reap_wait(vol, ev, 4, 0, 0) == -EINVAL);  /* min below 1 */
+    CHECK(nvmeof_volume_reap_wait(vol, ev, 4, 5, 0) == -EINVAL);  /* min above max */
+    CHECK(nvmeof_volume_reap_wait(vol, NULL, 4, 1, 0) == -EINVAL);
+    CHECK(nvmeof_volume_reap_wait(NULL, ev, 4, 1, 0) == -EINVAL);
+    CHECK(nvmeof_volume_reap_wait(vol, ev, 4, 1, 20000) == 0);  /* nothing in flight: the timeout */
+    nvmeof_buffer_free(buf);
+    CHECK(nvmeof_volume_close(vol) == 0);
+    nvmeof_host_close(host);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: capi-test ADDR:PORT NQN\n");
@@ -540,6 +595,7 @@ int main(int argc, char** argv) {
   test_tls_open(argv[1], argv[2]);
   test_refused_connect(argv[1]);
   test_host(argv[1], argv[2]);
+  test_reap_wait(argv[1], argv[2]);
   test_runtime_paths(argv[1], argv[2]);
   test_discovery(argv[1]);
   if (failures) {

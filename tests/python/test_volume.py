@@ -145,12 +145,17 @@ def test_batch(vol, target):
     vol.submit_flush().result(timeout=10.0)
 
 
-def test_ring(target):
+@pytest.mark.parametrize("caller_drive", [False, True])
+def test_ring(target, caller_drive):
     """Ring I/O: batches with no Python object per I/O, more I/Os than the volume has slots
-    (partial starts), futures on the same volume meanwhile; every block verified on the target."""
+    (partial starts), futures on the same volume meanwhile; every block verified on the target.
+    On a Host(caller_drive=True) the waiting reap runs the volume's reactor on this thread (the
+    host counts those turns); on the other, never."""
     import numpy as np
-    slots, base = 16, 3000
-    with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, queue_depth=8) as v:
+    slots, base = 16, 3000 + (100 if caller_drive else 0)
+    host = nvmeof.Host(caller_drive=caller_drive, placement="unpinned")
+    assert host.caller_drive is caller_drive
+    with nvmeof.Volume(target.addresses, nqn=target.nqn, io_deadline=2.0, queue_depth=8, host=host) as v:
         buf = nvmeof.alloc(slots * BS)
         ring = v.ring(buf, BS)
         assert (ring.slots, ring.slot_bytes) == (slots, BS)
@@ -197,7 +202,21 @@ def test_ring(target):
             ring.reap(out_s, np.empty(4, np.int32))
         with pytest.raises(ValueError, match="block size"):
             v.ring(nvmeof.alloc(BS), BS + 1)
+        with pytest.raises(ValueError, match="min_complete"):
+            ring.reap(out_s, out_st, timeout=1.0, min_complete=0)
+        with pytest.raises(ValueError, match="timeout"):
+            ring.reap(out_s, out_st, timeout=-1.0)
         assert ring.reap(out_s, out_st, timeout=0.2) == 0
+        # All of a batch in one call that waits for all of it.
+        assert ring.read(np.arange(slots, dtype=np.uint64), np.array(offsets, np.uint64)) == min(slots, 8)
+        assert ring.reap(out_s, out_st, timeout=10.0, min_complete=8) == 8
+        assert (out_st[:8] == 0).all()
+        stats = host.stats()
+        if caller_drive:
+            assert stats["driven_turns"] > 0 and stats["parks"] >= 1
+        else:
+            assert stats["driven_turns"] == 0 and stats["parks"] == 0
+    host.close()
 
 
 def test_asyncio(vol):
