@@ -104,7 +104,7 @@ def py_ring_qd32(vol, seconds, min_complete=1):
     return done / dt
 
 
-def dataloader_rate(addr, batched, workers=2):
+def dataloader_rate(addr, batched, workers=2, caller_drive=False):
     """Samples/s of the data loader example (16 KiB records, verified) on this target, or None
     when torch is missing."""
     try:
@@ -113,7 +113,8 @@ def dataloader_rate(addr, batched, workers=2):
         return None
     ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "dataloader.py")
     out = subprocess.run([sys.executable, ex, "--paths", addr, "--nqn", NQN, "--io-deadline", "2",
-                          "--workers", str(workers)] + (["--batched"] if batched else []), check=True, capture_output=True, text=True).stdout
+                          "--workers", str(workers)] + (["--batched"] if batched else [])
+                         + (["--caller-drive"] if caller_drive else []), check=True, capture_output=True, text=True).stdout
     m = re.search(r"([0-9]+) samples/s", out)
     return float(m.group(1)) if m else None
 
@@ -165,11 +166,12 @@ def main():
         print(f"rounds: py_qd1 {py1} cpp_qd1 {cpp1} ring_qd32 {[round(x) for x in ring32]} "
               f"drive_qd32 {[round(x) for x in drive32]} "
               f"py_qd32 {[round(x) for x in py32]} cpp_qd32 {cpp32}")
-        for batched in (False, True):
-            rate = dataloader_rate(addr, batched)
+        for batched, drive in ((False, False), (True, False), (True, True)):
+            rate = dataloader_rate(addr, batched, caller_drive=drive)
             if rate is not None:
-                print(f"data loader example (2 workers, 16 KiB records, verified, "
-                      f"{'batches through a Ring' if batched else 'one pread per sample'}): {rate:.0f} samples/s")
+                how = ("batches through a Ring, the reaping thread drives" if drive else
+                       "batches through a Ring" if batched else "one pread per sample")
+                print(f"data loader example (2 workers, 16 KiB records, verified, {how}): {rate:.0f} samples/s")
     finally:
         target.terminate()
         target.wait()

@@ -28,13 +28,16 @@ def record(index: int, size: int) -> np.ndarray:
 
 
 class VolumeRecords(Dataset):
-    def __init__(self, paths, nqn, record_size, count, io_deadline=0.0):
+    def __init__(self, paths, nqn, record_size, count, io_deadline=0.0, caller_drive=False):
         self.paths, self.nqn, self.io_deadline = list(paths), nqn, io_deadline
         self.record_size, self.count = record_size, count
+        self.caller_drive = caller_drive
         self.vol = None  # opened per process: worker_init_fn, or lazily in the main process
 
     def open(self):
-        self.vol = nvmeof.Volume(self.paths, nqn=self.nqn, io_deadline=self.io_deadline)
+        # caller_drive: this process's reaping thread runs its reactor (one busy thread fewer).
+        host = nvmeof.Host(caller_drive=True) if self.caller_drive else None
+        self.vol = nvmeof.Volume(self.paths, nqn=self.nqn, io_deadline=self.io_deadline, host=host)
         self.buf = nvmeof.alloc(self.record_size)
 
     def __len__(self):
@@ -73,7 +76,7 @@ class BatchedVolumeRecords(VolumeRecords):
             raise RuntimeError(f"only {started} of {k} reads started")
         got = 0
         while got < k:
-            n = self.ring.reap(self.slots, self.status, timeout=30.0)
+            n = self.ring.reap(self.slots, self.status, timeout=30.0, min_complete=k - got)
             if n == 0:
                 raise TimeoutError("a batch's reads did not finish within 30 s")
             if self.status[:n].any():
@@ -124,6 +127,9 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="the records are already on the volume")
     ap.add_argument("--batched", action="store_true",
                     help="each worker reads whole batches through a Ring (one call per batch)")
+    ap.add_argument("--caller-drive", action="store_true",
+                    help="with --batched: each worker's reaping thread runs its volume's reactor "
+                         "(nvmeof.Host(caller_drive=True))")
     args = ap.parse_args()
 
     target = None
@@ -144,7 +150,7 @@ def main() -> int:
 
     if args.batched:
         ds = BatchedVolumeRecords(args.paths, args.nqn, args.record_size, args.records, args.io_deadline,
-                                  batch_size=args.batch_size)
+                                  caller_drive=args.caller_drive, batch_size=args.batch_size)
     else:
         ds = VolumeRecords(args.paths, args.nqn, args.record_size, args.records, args.io_deadline)
     for w in args.workers:
@@ -153,6 +159,7 @@ def main() -> int:
         print(f"dataloader: {w} worker(s): {rate:.0f} samples/s ({rate * args.record_size / 1e6:.0f} MB/s), "
               f"{args.records} samples of {args.record_size >> 10} KiB verified"
               + (", batches through a Ring" if args.batched else "")
+              + (", the reaping thread drives" if args.batched and args.caller_drive else "")
               + (", path 0 reset mid-epoch" if reset else ""))
     if target:
         target.stop()
