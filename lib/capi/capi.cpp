@@ -592,17 +592,26 @@ int nvmeof_submit_dsm(nvmeof_volume* v, const nvmeof_dsm_range* ranges, uint32_t
   return start(v, IoOp::dsm, const_cast<nvmeof_dsm_range*>(ranges), 0, n, cookie, nullptr);
 }
 
+namespace {
+// Moves finished I/Os from the completion ring into events[n..max); returns the new count.
+// The ring's one consumer only.
+int take_done(nvmeof_volume* v, nvmeof_event* events, int n, int max) noexcept {
+  while (n < max) {
+    Slot* s = v->done_ring->pop();
+    if (!s) break;
+    events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
+    v->give(s);
+  }
+  return n;
+}
+}  // namespace
+
 int nvmeof_volume_reap(nvmeof_volume* v, nvmeof_event* events, int max) {
   if (int rc = check(v)) return rc;
   if (!v->done_ring || !events || max < 0) return -EINVAL;
   int n = 0;
   for (;;) {
-    while (n < max) {
-      Slot* s = v->done_ring->pop();
-      if (!s) break;
-      events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
-      v->give(s);
-    }
+    n = take_done(v, events, n, max);
     if (n == max) {
       // More may wait: leave the eventfd readable so an event loop comes back.
       v->efd_armed.store(false, std::memory_order_release);
@@ -638,12 +647,7 @@ int nvmeof_volume_reap_wait(nvmeof_volume* v, nvmeof_event* events, int max, int
   int n = 0;
   for (;;) {
     // Taken without arming the eventfd: nothing sleeps on it while this thread looks.
-    while (n < max) {
-      Slot* s = v->done_ring->pop();
-      if (!s) break;
-      events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
-      v->give(s);
-    }
+    n = take_done(v, events, n, max);
     if (n >= min) return n;
     const uint64_t now = mono_ns();
     if (now >= deadline) break;
@@ -652,12 +656,7 @@ int nvmeof_volume_reap_wait(nvmeof_volume* v, nvmeof_event* events, int max, int
     // Drive until enough are ready: the completions land in done_ring during the turns this
     // thread runs, and it takes them as they come (it is the ring's one consumer).
     auto enough = [&] {
-      while (n < max) {
-        Slot* s = v->done_ring->pop();
-        if (!s) break;
-        events[n++] = nvmeof_event{s->cookie, s->status, s->op, {}};
-        v->give(s);
-      }
+      n = take_done(v, events, n, max);
       return n >= min;
     };
     if (v->volume->drive(enough, left)) continue;

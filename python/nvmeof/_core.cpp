@@ -435,17 +435,7 @@ class PyRing {
       got = nvmeof_volume_reap_wait(v, ev, cap, min, timeout_us);
     }
     if (got < 0) raise_errno(got, "nvmeof.Ring: reap");
-    size_t n = 0;
-    for (int i = 0; i < got; ++i) {
-      if ((ev[i].cookie & ~0xffffffffull) == tag_) {
-        so[n] = ev[i].cookie & 0xffffffffull;
-        st[n] = static_cast<uint16_t>(ev[i].status);
-        ++n;
-      } else {
-        others.append(py::make_tuple(ev[i].cookie, ev[i].status));
-      }
-    }
-    return n;
+    return sort_events(ev, got, so, st, 0, others);
   }
 
   // Moves up to len(slots_out) finished I/Os: this ring's into slots_out/status_out (returns
@@ -461,21 +451,28 @@ class PyRing {
       const int want = static_cast<int>(std::min<size_t>(cap - n, 64));
       const int got = nvmeof_volume_reap(v, ev, want);
       if (got < 0) raise_errno(got, "nvmeof.Ring: reap");
-      for (int i = 0; i < got; ++i) {
-        if ((ev[i].cookie & ~0xffffffffull) == tag_) {
-          so[n] = ev[i].cookie & 0xffffffffull;
-          st[n] = static_cast<uint16_t>(ev[i].status);
-          ++n;
-        } else {
-          others.append(py::make_tuple(ev[i].cookie, ev[i].status));
-        }
-      }
+      n = sort_events(ev, got, so, st, n, others);
       if (got < want) break;
     }
     return n;
   }
 
  private:
+  // This ring's events go to so/st from index n on (returns the new n), the others to `others`
+  // as (cookie, status).
+  size_t sort_events(const nvmeof_event* ev, int got, uint64_t* so, uint16_t* st, size_t n, py::list& others) const {
+    for (int i = 0; i < got; ++i) {
+      if ((ev[i].cookie & ~0xffffffffull) == tag_) {
+        so[n] = ev[i].cookie & 0xffffffffull;
+        st[n] = static_cast<uint16_t>(ev[i].status);
+        ++n;
+      } else {
+        others.append(py::make_tuple(ev[i].cookie, ev[i].status));
+      }
+    }
+    return n;
+  }
+
   template <typename T>
   static T* writable(const py::array& a, const char* what) {
     if (!a.dtype().is(py::dtype::of<T>()) || a.ndim() != 1 || !(a.flags() & py::array::c_style) || !a.writeable())
