@@ -76,7 +76,8 @@ Result<void> EngineReactor::start() {
     reactor_ = std::move(*r);
     ready.set_value({});
     run();
-    reactor_.reset();
+    // reactor_ lives until stop() has joined this thread: stop() wakes it after raising stop_,
+    // so it must still be there if this thread has seen stop_ and left run() meanwhile.
   });
   const std::error_code ec = fut.get();
   if (ec) {
@@ -95,6 +96,7 @@ void EngineReactor::stop() {
   }
   reactor_->wake();
   thread_.join();
+  reactor_.reset();
 }
 
 // The reactor's thread, asked to park at the top of a turn: it sleeps while callers drive, and
