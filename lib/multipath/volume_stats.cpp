@@ -72,8 +72,6 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
   s.ns.size_blocks = ns.size_blocks.load(std::memory_order_relaxed);
   s.namespace_removed = ns.removed.load(std::memory_order_relaxed);
   s.selector = ns.selector.load();
-  s.completed = ns.completed.load();
-  s.failed = ns.failed.load();
   const double secs = static_cast<double>(Reactor::clock_ns() - v.open_ns_) / 1e9;
   // A lane held up (a completion callback that blocks) must not hold up stats() with it: every
   // lane is asked first, then all are waited for by one deadline.
@@ -85,6 +83,9 @@ VolumeStats detail::SubsystemPaths::collect_stats(const VolumeNs& ns, LatencyHis
     snaps.push_back(detail::Lane::snapshot_wait(f, deadline));
     if (!snaps.back().answered) ++s.lanes_unanswered;
   }
+  // After the lanes answered: the counts include every I/O completed before their snapshots.
+  s.completed = ns.completed.load();
+  s.failed = ns.failed.load();
   const auto slots = v.paths();
   for (size_t p = 0; p < slots.size(); ++p) {
     const auto& sp = *v.paths_[p];

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -52,7 +54,20 @@ class VerifiedWorkload {
     }
   }
 
+  // A test whose check fails mid-run unwinds with I/O in flight: the completions must not reach
+  // a freed workload. They are waited for (the volume's deadlines or its failover end them); if
+  // they never come, that is said and the test aborts rather than writing into freed memory.
+  ~VerifiedWorkload() {
+    if (!started_ || finish(std::chrono::seconds(60))) return;
+    std::fprintf(stderr, "VerifiedWorkload: %zu of %zu slots still have an I/O in flight after 60 s\n",
+                 slots_.size() - idle_.load(), slots_.size());
+    std::abort();
+  }
+  VerifiedWorkload(const VerifiedWorkload&) = delete;
+  VerifiedWorkload& operator=(const VerifiedWorkload&) = delete;
+
   void start() {
+    started_ = true;
     last_completion_ns_.store(Reactor::clock_ns());
     for (auto& s : slots_) issue(s);
   }
@@ -173,6 +188,7 @@ class VerifiedWorkload {
   uint64_t base_;
   uint32_t max_blocks_;
   std::vector<Slot> slots_;
+  bool started_ = false;
   std::atomic<bool> stop_{false}, reads_only_{false};
   std::atomic<size_t> idle_{0};
   std::atomic<uint64_t> completed_{0}, errors_{0}, mismatches_{0}, writes_{0}, reads_{0}, writes_done_{0};
