@@ -183,6 +183,40 @@ def wl_name(wl):
     return f"{rw}:{size}:{qd}"
 
 
+# TCP counters of this network namespace (/proc/net/snmp, /proc/net/netstat) that tell two
+# initiators' TCP behaviour apart on loopback: retransmitted segments (and how many of them the
+# receiver reported as duplicates: spurious), segments the receiver queued out of order, and the
+# ACKs the sender processed (fast path and pure). Namespace-wide: other traffic counts too.
+TCP_COUNTERS = {"Tcp": ["RetransSegs", "OutSegs"],
+                "TcpExt": ["TCPDSACKRecv", "TCPOFOQueue", "TCPHPAcks", "TCPPureAcks"]}
+
+
+def tcp_counters():
+    got = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        try:
+            lines = open(path).read().splitlines()
+        except OSError:
+            continue
+        for names, values in zip(lines[::2], lines[1::2]):
+            group, keys = names.split(":")[0], names.split()[1:]
+            vals = values.split()[1:]
+            for k, v in zip(keys, vals):
+                if k in TCP_COUNTERS.get(group, ()):
+                    got[k] = int(v)
+    return got
+
+
+def counted(fn):
+    """fn() with the TCP counters' growth over it, per GiB the run moved, in run["tcp_per_gib"]."""
+    before = tcp_counters()
+    run = fn()
+    after = tcp_counters()
+    gib = run["mib_s"] * run.get("seconds", 0) / 1024
+    run["tcp_per_gib"] = {k: (after[k] - before[k]) / gib if gib else None for k in after if k in before}
+    return run
+
+
 def run_perf(spdk, cpu, port, wl, secs):
     rw, bs, depth = wl
     trid = f"trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{HOSTNQN}"
@@ -195,7 +229,7 @@ def run_perf(spdk, cpu, port, wl, secs):
         raise RuntimeError("spdk_nvme_perf failed:\n" + text[-2000:])
     p99 = re.search(r"^\s*99\.00000%\s*:\s*([\d.]+)us", text, re.M)
     return {"iops": float(m.group(1)), "mib_s": float(m.group(2)), "mean_us": float(m.group(3)),
-            "p99_us": float(p99.group(1)) if p99 else None}
+            "p99_us": float(p99.group(1)) if p99 else None, "seconds": secs}
 
 
 def run_bench(build, mode, cpu, port, wl, secs):
@@ -209,7 +243,7 @@ def run_bench(build, mode, cpu, port, wl, secs):
         raise RuntimeError("nvmeof-bench failed:\n" + (out.stdout + out.stderr)[-2000:])
     r = json.loads(out.stdout)["read" if "read" in rw else "write"]
     return {"iops": r["iops"], "mib_s": r["mib_per_s"], "mean_us": r["latency_us"]["mean"],
-            "p99_us": r["latency_us"]["p99"]}
+            "p99_us": r["latency_us"]["p99"], "seconds": secs}
 
 
 def main():
@@ -230,6 +264,8 @@ def main():
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="each run's figures on stderr as it ends")
+    ap.add_argument("--tcp-counters", action="store_true",
+                    help="also report TCP's counters per GiB moved (retransmits, spurious ones, out-of-order, ACKs)")
     ap.add_argument("--perf-sq-flow-control", action="store_true",
                     help="leave SQ flow control on for spdk_nvme_perf (its default; ours always asks for it off)")
     a = ap.parse_args()
@@ -267,8 +303,8 @@ def main():
                         io = inits[r % len(inits):] + inits[:r % len(inits)]
                         for name, mode in io:
                             t0 = time.monotonic()
-                            run = (run_perf(spdk, a.client_cpu, ports[ti], wl, a.seconds) if mode is None
-                                   else run_bench(a.build, mode, a.client_cpu, ports[ti], wl, a.seconds))
+                            run = counted(lambda: run_perf(spdk, a.client_cpu, ports[ti], wl, a.seconds) if mode is None
+                                          else run_bench(a.build, mode, a.client_cpu, ports[ti], wl, a.seconds))
                             res.setdefault((wl, name, t.name), []).append(run)
                             if a.verbose:
                                 print(f"spdk_compare: {name} -> {t.name} {wl_name(wl)}: {run['mean_us']:.2f} us mean, "
@@ -301,6 +337,8 @@ def main():
                                         "initiator": name, "target": tn,
                                         "mean_us_median": med(runs, "mean_us"), "p99_us_median": med(runs, "p99_us"),
                                         "iops_median": med(runs, "iops"), "mib_s_median": med(runs, "mib_s"),
+                                        "tcp_per_gib_median": {k: med([x["tcp_per_gib"] for x in runs], k)
+                                                               for k in runs[0]["tcp_per_gib"]},
                                         "runs": runs})
         for name, _ in inits[1:]:
             for tn in tnames:
@@ -325,6 +363,14 @@ def main():
     for p in report["pairs"]:
         print(f"  {p['workload']:<16} {p['initiator']:<22} {p['target']:<15} {p['mean_us_median']:>9.2f} "
               f"{p['p99_us_median']:>9.2f} {p['iops_median']:>10.0f} {p['mib_s_median']:>9.1f}")
+    if a.tcp_counters:
+        keys = [k for ks in TCP_COUNTERS.values() for k in ks]
+        print("TCP counters per GiB moved (this network namespace, medians over the rounds):")
+        print(f"  {'workload':<16} {'initiator':<22} {'target':<15} " + " ".join(f"{k:>12}" for k in keys))
+        for p in report["pairs"]:
+            t = p["tcp_per_gib_median"]
+            print(f"  {p['workload']:<16} {p['initiator']:<22} {p['target']:<15} " +
+                  " ".join(f"{t.get(k, float('nan')):>12.1f}" for k in keys))
     print("Paired ratios (each round's, median over the rounds):")
     for x in report["initiator_ratios"]:
         print(f"  {x['workload']} {x['initiator']} over spdk_nvme_perf, target {x['target']}: "
