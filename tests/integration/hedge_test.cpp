@@ -452,9 +452,11 @@ VolumeStats run(std::chrono::milliseconds io_deadline) {
     s.run = &r;
   }
   for (auto& s : r.slots) r.issue(s);
-  const auto st = wait_for(*rig.vol, 120s, [&](const VolumeStats&) { return r.done.load() >= kReads; });
-  INFO(to_text(st));
+  wait_for(*rig.vol, 120s, [&](const VolumeStats&) { return r.done.load() >= kReads; });
   REQUIRE(r.done.load() == kReads);
+  // Taken once every read is done: a snapshot from inside the wait may predate the last ones.
+  const VolumeStats st = rig.vol->stats();
+  INFO(to_text(st));
   CHECK(r.failed.load() == 0);
   CHECK(r.bad.load() == 0);
   for (size_t p = 0; p < 2; ++p) CHECK(st.paths.at(p).ios > 0);
