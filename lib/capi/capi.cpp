@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -659,7 +660,8 @@ int nvmeof_volume_reap_wait(nvmeof_volume* v, nvmeof_event* events, int max, int
       n = take_done(v, events, n, max);
       return n >= min;
     };
-    if (v->volume->drive(enough, left)) continue;
+    // Passed by reference: a std::function holding a reference_wrapper allocates nothing.
+    if (v->volume->drive(std::ref(enough), left)) continue;
     // Not driven: sleep on the eventfd, armed first, looked at again after arming.
     const int got = nvmeof_volume_reap(v, events + n, max - n);
     if (got < 0) return n ? n : got;
