@@ -193,7 +193,7 @@ TEST_CASE("a volume over two TLS paths: a reset path reconnects through TLS, no 
   // the waits return (the workload's count runs on while stats() waits for the lanes, so the
   // two are never compared).
   const uint64_t before = st.completed;
-  REQUIRE(test::wait_for(**v, 15s, [&](const VolumeStats& st) { return st.completed > before + 300; }).completed > before + 300);
+  REQUIRE(test::wait_for(**v, 15s, [&](const VolumeStats& now) { return now.completed > before + 300; }).completed > before + 300);
   REQUIRE(w.finish(15s));
   INFO(w.first_error());
   CHECK(w.errors() == 0);
