@@ -77,7 +77,8 @@ class EngineReactor {
  private:
   // drive_state_: kRun (the thread runs the loop), kParkAsked (a caller asked; the thread parks
   // at its next turn), kParked (nobody runs turns; a caller may take it without a system call),
-  // kDriven (a caller runs turns). Written by CAS only; every hand-over is acquire/release, so
+  // kDriven (a caller runs turns). Written by CAS, except by the driving caller handing it back
+  // (kDriven -> kParked, a release store); every hand-over is acquire/release, so
   // the reactor's state (ring, lanes, timers) is seen whole by whichever thread runs it next.
   enum : int { kRun = 0, kParkAsked = 1, kParked = 2, kDriven = 3 };
   void park();

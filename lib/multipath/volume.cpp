@@ -1328,7 +1328,10 @@ int Volume::submit(VolumeIo& io, unsigned reactor) noexcept {
 bool Volume::drive(const std::function<bool()>& until, std::chrono::microseconds timeout) {
   auto& v = *impl_;
   if (v.sub_->lanes_.empty()) return false;
-  const uint64_t deadline = Reactor::clock_ns() + static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)) * 1000;
+  // Saturated: a timeout of microseconds::max() means no deadline, not one that wrapped around.
+  const uint64_t now = Reactor::clock_ns();
+  const uint64_t us = static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0));
+  const uint64_t deadline = us > (UINT64_MAX - now) / 1000 ? UINT64_MAX : now + us * 1000;
   return v.sub_->lanes_[0]->engine_reactor().drive(until, deadline);
 }
 

@@ -699,6 +699,11 @@ TEST_CASE("a caller drives its volume's reactor: I/O and a failover complete in 
   CHECK(w.completed() >= c0 + 500);
   CHECK(driven() > 0);
   CHECK(parks() >= 1);
+  // No deadline (microseconds::max(), saturated rather than wrapped into the past): the drive
+  // ends only when its predicate holds, here after 1,000 calls of it.
+  int calls = 0;
+  REQUIRE(vol.drive([&] { return ++calls >= 1000; }, std::chrono::microseconds::max()));
+  CHECK(calls == 1000);
   // While this thread drives, another thread cannot: its drive() returns false at once.
   std::optional<bool> other;
   REQUIRE(vol.drive(
