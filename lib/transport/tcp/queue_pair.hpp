@@ -58,6 +58,9 @@ namespace nvmeof::tcp {
 /// Tests only: receives between large payloads take whatever the socket holds, as before
 /// header-sized receives (QueuePair::header_recvs); the negative control of their test.
 inline bool g_no_header_recv_for_test = false;
+/// Tests only: receives of large payloads are not acknowledged at once (QueuePair::quick_acks);
+/// the negative control of their test.
+inline bool g_no_quick_ack_for_test = false;
 
 inline constexpr uint32_t kMaxQueueDepth = 1024;
 /// In-capsule data the admin queue accepts (NVMe/TCP: 8 KiB on the admin queue).
@@ -198,6 +201,11 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   /// Receives that took only the next PDU header, because large C2HData payloads were coming
   /// (recv_direct), on the reactor's thread.
   uint64_t header_recvs() const noexcept { return header_recvs_; }
+  /// Receives acknowledged at once (TCP_QUICKACK) while large C2HData payloads come, on the
+  /// reactor's thread.
+  uint64_t quick_acks() const noexcept { return quick_acks_; }
+  /// The connection's socket (tests, diagnostics: to read its TCP state); -1 once closed.
+  int socket_fd() const noexcept;
   /// True while the pair polls its socket with non-blocking system calls (its reactor spins:
   /// Reactor::spinning()) rather than through ring operations.
   bool direct_socket() const noexcept { return reactor_.spinning(); }
@@ -227,6 +235,7 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   // poller; nothing is ever in flight in the kernel.
   bool send_direct() noexcept;
   int recv_direct() noexcept;
+  void ack_at_once() noexcept;
   void on_recv(const io_uring_cqe& cqe) noexcept;
   /// What follows feeding received bytes to the reader: a pair closed meanwhile finishes its
   /// teardown, a reader error fails it.
@@ -267,6 +276,7 @@ class QueuePair final : public QueuePairBase<CommandSlot> {
   const char* fail_detail_ = "";
   uint64_t placed_bytes_ = 0;  // placed_bytes()
   uint64_t header_recvs_ = 0;  // header_recvs()
+  uint64_t quick_acks_ = 0;    // quick_acks()
   bool header_reads_ = false;  // the last C2HData carried kHeaderRecvMin bytes or more
 
   uint16_t sendq_head_;
