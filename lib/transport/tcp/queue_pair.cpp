@@ -511,12 +511,11 @@ int QueuePair::recv_direct() noexcept {
 }
 
 // While large payloads come, every receive that took bytes, on the ring or direct, is
-// acknowledged at once
-// (ARCHITECTURE.md, "NVMe/TCP receive"). Our capsules follow our receives closely, so the kernel
-// takes the connection for an interactive one and holds its ACKs back to ride on the next
-// capsule, which at depth goes out only once a whole payload is in. The target's TCP sends no
-// further than its congestion window lets it, so it waits for ACKs that are held back.
-// TCP_QUICKACK sends a held ACK now and leaves that mode until our next send.
+// acknowledged at once (ARCHITECTURE.md, "NVMe/TCP receive"). Our capsules follow our receives
+// closely, so the kernel takes the connection for an interactive one and holds its ACKs back to
+// ride on the next capsule, which at depth goes out only once a whole payload is in. The
+// target's TCP sends no further than its congestion window lets it, so it waits for ACKs that
+// are held back. TCP_QUICKACK sends a held ACK now and leaves that mode until our next send.
 void QueuePair::ack_at_once() noexcept {
   if (!header_reads_ || g_no_quick_ack_for_test || state_ != QpState::live) return;
   const int one = 1;
