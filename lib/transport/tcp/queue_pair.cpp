@@ -487,6 +487,9 @@ int QueuePair::recv_direct() noexcept {
     }
     const ssize_t n = placed ? ::recv(c.fd, room.data(), room.size(), MSG_DONTWAIT)
                              : ::recv(c.fd, c.rbuf.data(), want, MSG_DONTWAIT);
+    // The header-sized receive's ACK too, though the payload's receive follows at once: at
+    // depth that payload is often still arriving, and the ACK lets the target send on
+    // (bench/README.md, "Large transfers against SPDK").
     if (n > 0) ack_at_once();
     io_uring_cqe cqe{};
     if (n < 0) {
